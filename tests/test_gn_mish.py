@@ -315,7 +315,7 @@ def test_tune_configs_are_valid(registry):
     tune, tuning = TUNE, _fused_module().Tuning
     for knobs in [*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values()]:
         tuning(**knobs)
-    assert all(suite in ("pusht", "sweep") for suite, _, _ in tune.PUSHT_SHAPES + tune.LARGE_SHAPES)
+    assert all(suite in ("pusht", "sweep") for suite, _, _ in tune.PUSHT_SHAPES + tune.LARGE_SHAPES + tune.B8_SHAPES)
 
 
 def test_fused_rejects_a_non_tuning(registry):
@@ -555,7 +555,7 @@ def test_default_plan_is_the_h200_tune_best(registry, plan_printer):
     """The default plan (the registered variant's) equals the plan of the _tune.py configuration that was best on
     the H200, or within 4 % of the best (b1_c1024_l4: 1.86 vs 1.79 us), on every tuned shape; fp32, 16-byte vectors."""
     tuning = _fused_module().Tuning
-    tuned = [name for _, name, _ in TUNE.PUSHT_SHAPES + TUNE.LARGE_SHAPES]
+    tuned = [name for _, name, _ in TUNE.PUSHT_SHAPES + TUNE.LARGE_SHAPES + TUNE.B8_SHAPES]
     assert set(H200_DEFAULTS) <= set(tuned)
     configs = {**TUNE.TIER0_CONFIGS, **TUNE.TIER1_CONFIGS}
     queries = []

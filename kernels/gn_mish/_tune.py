@@ -1,6 +1,6 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large] [--budget 0.15] [--json out.json]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8] [--budget 0.15] [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
 then times it with dpk's engine: `graph` mode (device time without launch overhead) on the Push-T shapes
@@ -29,6 +29,10 @@ PUSHT_SHAPES = [("pusht", name, "graph") for name in (
 LARGE_SHAPES = [("sweep", name, "cold") for name in (
     "b64_c512_l1024_g8", "b64_c1024_l1024_g8", "b64_c2048_l1024_g8", "b8_c2048_l1024_g8", "b1_c2048_l1024_g8",
     "b8_c512_l1024_g8", "b1_c512_l1024_g8", "b16_c1024_l2048_g8")]
+# Few large groups (64 at B = 8): where the default rule was furthest from 70 % of copy bandwidth.
+B8_SHAPES = [("sweep", name, "cold") for name in (
+    "b8_c256_l1024_g8", "b8_c512_l1024_g8", "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c512_l4096_g8",
+    "b8_c2048_l4096_g8", "b16_c1024_l2048_g8")]
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -56,6 +60,11 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "k<=1,t1=1024": {"max_cluster": 1, "t1_threads": 1024},
     "k<=2,t1=1024": {"max_cluster": 2, "t1_threads": 1024},
     "k<=8,t1=256": {"max_cluster": 8, "t1_threads": 256},
+    "k<=2,t1=512": {"max_cluster": 2, "t1_threads": 512},
+    "k<=4,t1=256": {"max_cluster": 4, "t1_threads": 256},
+    "k<=4,t1=512": {"max_cluster": 4, "t1_threads": 512},
+    "k<=8,t1=512": {"max_cluster": 8, "t1_threads": 512},
+    "k<=16,t1=256": {"max_cluster": 16, "t1_threads": 256},
     "default,2cta/sm": {"t1_ctas_per_sm": 2},
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
@@ -175,7 +184,7 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
     print(f"# copy bandwidth {copy_bw:.0f} GB/s (read + write); timing budget {budget_s} s per row")
     timer = Timer(device, TimingConfig(budget_s=budget_s))
     suites = load_suite_file(ROOT / "suites" / "gn_mish.yaml").suites
-    shapes = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES}.get(only, PUSHT_SHAPES + LARGE_SHAPES)
+    shapes = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES}.get(only, PUSHT_SHAPES + LARGE_SHAPES)
     rows: list[dict] = []
     header = (f"{'shape':20} {'mode':5} {'config':16} {'median_us':>9} {'GB/s':>7} {'%copy':>6} {'x_eager':>7} "
               f"{'x_triton':>8} {'err':>5}  plan")
@@ -208,7 +217,7 @@ def _summary(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("pusht", "large"), help="time only these shapes")
+    parser.add_argument("--only", choices=("pusht", "large", "b8"), help="time only these shapes")
     parser.add_argument("--budget", type=float, default=0.15, help="timing budget per row, seconds")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
