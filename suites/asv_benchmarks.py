@@ -7,8 +7,8 @@ its shape -- so `asv compare` and `asv continuous` apply their statistics (Mann-
 with --record-samples, confidence intervals otherwise) to device time.
 
 Environment: DPK_ASV_SUITE (default pusht on a GPU, smoke on CPU), DPK_ASV_MODE (cold on a GPU, hot on
-CPU), DPK_ASV_BUDGET (seconds per row, default 1), DPK_ASV_FAMILIES and DPK_ASV_VARIANTS (comma-separated
-subsets: setup_cache measures only these).
+CPU), DPK_ASV_BUDGET (seconds per row, default 1), DPK_ASV_FAMILIES, DPK_ASV_VARIANTS and DPK_ASV_CASES
+(comma-separated subsets, cases by name or id: setup_cache measures only these).
 """
 from __future__ import annotations
 
@@ -32,6 +32,11 @@ MODE = os.environ.get("DPK_ASV_MODE") or ("cold" if _cuda else "hot")
 BUDGET = float(os.environ.get("DPK_ASV_BUDGET", "1.0"))
 FAMILIES = [f for f in os.environ.get("DPK_ASV_FAMILIES", "").split(",") if f] or sorted(_session.registry.families)
 VARIANTS = [v for v in os.environ.get("DPK_ASV_VARIANTS", "").split(",") if v]
+CASES = [c for c in os.environ.get("DPK_ASV_CASES", "").split(",") if c]  # case names or ids; empty: all
+
+
+def _cases(family: str) -> list:
+    return [c for c in _session.cases(family, SUITE) if not CASES or c.id in CASES or c.name in CASES]
 
 
 def _variants(family: str) -> list:
@@ -43,7 +48,7 @@ def measure_family(family: str) -> dict[str, dict[str, dict]]:
     timer = _Timer(_session.device, _TimingConfig(budget_s=BUDGET))
     out: dict[str, dict[str, dict]] = {}
     for v in _variants(family):
-        for case in _session.cases(family, SUITE):
+        for case in _cases(family):
             [(row, samples)] = _session.run_one(v, case, [MODE], timer)
             if row["status"] == "ok":
                 res = {"samples": samples}
@@ -68,7 +73,7 @@ def _track(variant: str):
 
 
 def _benchmark_class(family: str) -> type:
-    cases = [c.id for c in _session.cases(family, SUITE)]
+    cases = [c.id for c in _cases(family)]
     attrs = {
         "params": [cases], "param_names": ["case"], "unit": "seconds", "timeout": 3600,
         "setup_cache": lambda self, family=family: measure_family(family),

@@ -519,7 +519,10 @@ H200_DEFAULTS = {
     "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096)),
     "b64_c1024_l1024_g8": ("t1=128", 174.59, 174.59, "t1=128", (1, 128, 0, 1, 16, 8, 2, 8192)),
     "b64_c2048_l1024_g8": ("t1=256", 352.58, 352.58, "t1=256", (1, 256, 0, 1, 16, 8, 2, 8192)),
-    "b8_c2048_l1024_g8": ("k<=1,t1=1024", 54.50, 54.50, "k<=1,t1=1024", (1, 1024, 0, 1, 1, 8, 8, 64)),
+    "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128)),
+    "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128)),
+    "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128)),
+    "b8_c2048_l1024_g8": ("k<=2,t1=1024", 48.43, 48.43, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 4, 128)),
     "b1_c2048_l1024_g8": ("k<=8", 14.53, 14.53, "k<=8", (1, 1024, 0, 1, 8, 8, 1, 64)),
 }
 
@@ -572,7 +575,7 @@ def test_default_plan_is_the_h200_tune_best(registry, plan_printer):
 
 def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     """The rule's regimes (NOTES.md): tier 0 one vector per thread up to 132 groups, two beyond, 128-thread CTAs;
-    tier 1 with 2 * groups <= SMs: clusters of <= 8 on <= half the SMs, <= 8 streamed chunks per CTA; else 256-thread
+    tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM, <= 8 streamed chunks per CTA; else 256-thread
     CTAs in clusters of <= 8, or 16-CTA clusters of 128-256 threads streaming >= 2 chunks."""
     default = _fused_module().Tuning().as_list()
     cases = {  # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid)
@@ -581,9 +584,9 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2),         # n = 128: a warp per group, 4 per CTA
         ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8),       # n = 1024 (256 vectors): a 256-thread CTA
         ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 8, 4, 1, 4096),   # bf16: the same 32 elements per thread
-        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 1, 8, 2, 64),     # few groups: 1 x 1024, 2 chunks
-        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64),      # few: 4 x 256 holds it; split to 8 (half the SMs)
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64),     # 16 x 256 would pass half the SMs: 8 x 512
+        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128),    # 64 groups: 2 x 1024 on 128 SMs
+        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64),      # few: 4 x 256 holds it; split to K = 8
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64),     # 16 x 256 would pass K <= 8: 8 x 512
         ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 4, 8, 8, 256),   # <= 8 streamed chunks: K = 4, not 1
         ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64),    # K <= 8: streams 4 chunks
         ((16, 1024, 2048, 8), 4): (1, 256, 0, 1, 16, 8, 2, 2048),  # 128 groups: many-groups rule

@@ -177,16 +177,18 @@ void pick_tier1_explicit(const Limits& lim, const DeviceInfo& dev, int64_t nv, i
   }
 }
 
-// Default, few groups (2 * groups <= SMs; measured at B = 1 and 8, 8 and 64 groups): clusters of <= 8 CTAs on at
-// most half the SMs (groups * K <= SMs / 2; more CTAs per group only to keep <= 8 streamed chunks per CTA), the
+// Default, few groups (2 * groups <= SMs; measured at B = 1 and 8, 8 and 64 groups): clusters of <= 8 CTAs, at
+// most one CTA per SM (groups * K <= SMs; more CTAs per group only to keep <= 8 streamed chunks per CTA), the
 // smallest of 256/512/1024-thread CTAs whose cluster holds the group, else streaming through 1024-thread CTAs;
 // then split (down to 2 vectors per thread) up to that cap. H200: b1_c2048_l1024 8 x 1024 (14.5 us, 16 x 512
-// 17.3), b8_c2048_l1024 1 x 1024 streaming 8 chunks (54.5 us, 8 x 1024 64.2, 16 x 128 56.5).
+// 17.3); B = 8 (64 groups) 2-CTA clusters on 128 SMs: b8_c256_l1024 2 x 512 (11.0 us; 1 x 1024 11.7),
+// b8_c512_l1024 2 x 1024 (14.9; 1 x 1024 streaming 2 chunks 18.3), b8_c2048_l1024 2 x 1024 streaming 4 chunks
+// (48.4 us; 1 x 1024 streaming 8 55.3, 8 x 256 57.1, 16 x 128 56.5).
 inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap,
                            Plan* out) {
   const int big = std::min(kMaxThreads, thread_cap);
   const int stream_k = pow2_ceil(ceil_div(nv, int64_t(big) * out->items * kFewMaxChunks));
-  const int cap = std::min({max_k, kFewCtaMaxCluster, std::max(pow2_floor(dev.sms / (2 * groups)), stream_k)});
+  const int cap = std::min({max_k, kFewCtaMaxCluster, std::max(pow2_floor(dev.sms / groups), stream_k)});
   out->threads = 0;
   for (int threads : {256, 512, 1024}) {
     threads = std::min(threads, thread_cap);
