@@ -188,7 +188,8 @@ def suite_shapes(*names):
 ALL_SHAPES = suite_shapes("pusht", "sweep", "smoke")
 # stream knob sets the tuner tries on the 21 MB batch-1 shapes (every compiled (RPW, V), both grids)
 STREAM_KNOBS = [None, {"ctas_per_sm": 0, "stages": 2}, {"ctas_per_sm": 2, "stages": 3}] + [
-    {"rows_per_warp": r, "vecs_per_row": v} for r, v in models.STREAM_COMBOS]
+    {"rows_per_warp": r, "vecs_per_row": v} for r, v in models.STREAM_COMBOS] + [
+    {"bulk": 1}, {"bulk": 1, "ctas_per_sm": 2, "stages": 4}, {"bulk": 1, "rows_per_warp": 4, "vecs_per_row": 2}]
 
 
 def stream_runs(bsz, length, elem_bytes):
@@ -268,6 +269,9 @@ def test_tiled_plans_read_every_weight_once_per_column_tile_and_write_every_outp
             assert (tmodels.tiled_output_writes(B, Cin, Cout, L, K, {"tile": tile}) == 1).all(), (B, Cin, Cout, L)
 
 
+# bulk ring: deep rings with several wraps (parity flips), a partial last warp, rows of 16-byte and odd lengths
+BULK_KNOBS = ({"bulk": 1, "stages": 2}, {"bulk": 1, "stages": 3, "ctas_per_sm": 0},
+              {"bulk": 1, "rows_per_warp": 2, "vecs_per_row": 4, "stages": 8})
 # plus: 3 row groups; several chunks per CTA with ring reuse; 3 passes; whole-row staging with L < LT (optimized);
 # 2 tiles along Cout and along N with splits
 EMULATED = [shape(c) for c in SUITES["smoke"] if c.dtype == "float32"] + [
@@ -278,15 +282,52 @@ EMULATED = [shape(c) for c in SUITES["smoke"] if c.dtype == "float32"] + [
 def test_kernel_models_compute_the_convolution(dims):
     x, w, b = random_inputs(*dims)
     ref = torch_conv(x, w, b)
-    for knobs in (None, {"stages": 2, "ctas_per_sm": 2}, {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3}):
+    for knobs in (None, {"stages": 2, "ctas_per_sm": 2}, {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3},
+                  *BULK_KNOBS):
         assert np.allclose(models.emulate_stream(x, w, b, 4, knobs, num_sms=4), ref, atol=1e-12), knobs
-    assert np.allclose(models.emulate_stream(x, w, b, elem_bytes=2), ref, atol=1e-12)  # bf16/fp16 layout
+    for knobs in (None, {"bulk": 1, "stages": 3}):
+        assert np.allclose(models.emulate_stream(x, w, b, 2, knobs), ref, atol=1e-12)  # bf16/fp16 layout
     for knobs, avec in ((None, None), ({"tile": 1, "stages": 2, "ctas_per_sm": 1}, False), ({"tile": 2}, None)):
         y, writes, reads = tmodels.emulate_tiled(x, w, b, knobs, num_sms=8, avec=avec)
         assert np.allclose(y, ref, atol=1e-12) and (writes == 1).all(), knobs
         assert (reads == tmodels.tiled_plan(*dims, knobs, 8).n_tiles).all()
     y, worst_writes = omodels.emulate_optimized(x, w, b)
     assert np.allclose(y, ref, atol=1e-12) and worst_writes == 1
+
+
+@pytest.mark.parametrize("dims", [(1, 248, 20, 4, 5), (3, 248, 70, 2, 5), (1, 96, 130, 4, 3)],
+                         ids=lambda d: "b{}_c{}_c{}_l{}_k{}".format(*d))
+def test_bulk_ring_model_computes_the_convolution(dims):
+    """The TMA bulk ring (stream.cu issue_chunk_bulk) on one or two SMs: many chunks per CTA (the mbarrier parity
+    wraps several times), a last chunk with a partial 16-byte-multiple copy and zeroed lanes, warps wholly past
+    Cout (expect_tx of 0 bytes), fp32 and 16-bit rows; bulk_fill checks sizes, alignment and zero/copy overlap."""
+    x, w, b = random_inputs(*dims)
+    ref = torch_conv(x, w, b)
+    most_wraps = 0
+    for elem_bytes in (4, 2):
+        for sms in (1, 2):
+            for knobs in ({"bulk": 1, "stages": st, "rows_per_warp": rpw, "vecs_per_row": v}
+                          for st in (2, 3, 5) for rpw, v in ((8, 1), (4, 2), (2, 4))):
+                p = models.stream_plan(*dims, elem_bytes, knobs, sms)
+                assert p.ok and p.bulk == 1, (elem_bytes, knobs, p)
+                most_wraps = max(most_wraps, p.chunks_per_cta // p.stages)
+                y = models.emulate_stream(x, w, b, elem_bytes, knobs, num_sms=sms)
+                assert np.allclose(y, ref, atol=1e-12), (elem_bytes, sms, knobs)
+    assert most_wraps >= (3 if dims == (1, 248, 20, 4, 5) else 1)  # slot barriers through phases 0, 1, 0, ...
+
+
+def test_bulk_plan_flag_and_shared_memory():
+    """bulk is on only for rows of whole 16-byte vectors; it adds one 8-byte mbarrier per warp and stage."""
+    for knobs in ({"stages": 3}, {"stages": 6}, {"stages": 8, "rows_per_warp": 4, "vecs_per_row": 2}):
+        cp, bk = (models.stream_plan(1, 1024, 1024, 4, 5, 4, {**knobs, "bulk": bulk}) for bulk in (0, 1))
+        assert cp.bulk == 0 and bk.bulk == 1 and bk.stages == cp.stages and bk.splits == cp.splits
+        assert bk.smem_bytes == cp.smem_bytes + bk.stages * 64, knobs
+    p = models.stream_plan(1, 1024, 1024, 4, 5, 4, {"bulk": 1, "stages": 6})
+    assert (p.stages, p.chunks_per_cta, p.smem_bytes) == (5, 5, 5 * (32768 + 64) + 5 * 128 * 4 * 4)  # capped at 5
+    assert models.stream_plan(1, 3, 5, 13, 3, 4, {"bulk": 1}).bulk == 0   # R = 9: 36-byte rows
+    assert models.stream_plan(1, 1020, 8, 4, 1, 2, {"bulk": 1}).bulk == 0  # 2040-byte rows (16-bit)
+    assert models.stream_plan(1, 1020, 8, 4, 1, 4, {"bulk": 1}).bulk == 1  # 4080-byte rows (fp32)
+    assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"bulk": 2}).ok
 
 
 def test_broken_models_are_caught():
@@ -318,21 +359,21 @@ HOST_MAIN = r"""
 int main() {
     const Conv1dStreamConfig ds;
     const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages, ds.ctas_per_sm,
-           ds.cache_policy, ds.tiled_min_bl, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy,
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages, ds.ctas_per_sm,
+           ds.cache_policy, ds.tiled_min_bl, ds.bulk, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy,
            kConv1dOptimizedTiledMinBL);
     int B, Cin, Cout, L, K, sms;
     Conv1dStreamConfig s;
     Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms, &s.rows_per_warp,
-                 &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &t.tile, &t.stages, &t.ctas_per_sm,
-                 &t.cache_policy) == 15) {
+    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms, &s.rows_per_warp,
+                 &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &t.tile, &t.stages,
+                 &t.ctas_per_sm, &t.cache_policy) == 16) {
         const Conv1dShape shape{B, Cin, Cout, L, K};
         for (int elem : {4, 2}) {
             const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
-            printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
+            printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
                    p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks, p.chunks_per_cta, p.stages,
-                   p.smem_bytes, p.workspace_floats, p.counters);
+                   p.smem_bytes, p.workspace_floats, p.counters, p.bulk);
         }
         const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
         printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm, q.tn,
@@ -344,7 +385,7 @@ int main() {
     }
 }
 """
-STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy")
+STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk")
 TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
 
 
@@ -365,8 +406,8 @@ def test_compiled_host_logic_matches_models(tmp_path):
         for ln in (1, 4, 8, 13, 16, 300) for k in (1, 3, 5, 7, 9)]
     lines = []
     for i, s in enumerate(shapes):  # defaults, then random knob sets (some out of range: plans must agree too)
-        sk = [-1] * 5 if i % 3 == 0 else [int(rng.choice(v)) for v in ((2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9),
-                                                                         (0, 1, 2, 3), (0, 1, 3, 4))]
+        sk = [-1] * 6 if i % 3 == 0 else [int(rng.choice(v)) for v in ((2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9),
+                                                                         (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2))]
         tk = [-1] * 4 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
                                                                          (0, 1, 2, 3), (-1, 0, 2))]
         lines.append((s, int(rng.choice((132, 114, 7))) if i % 3 else 132, sk, tk))

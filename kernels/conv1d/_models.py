@@ -21,7 +21,8 @@ SMEM_PER_SM, SMEM_RESERVED_PER_CTA = 228 * 1024, 1024
 # ---- stream.cu ----
 STREAM_THREADS, STREAM_WARPS = 256, 8
 STREAM_DEFAULTS = {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3, "ctas_per_sm": 1, "cache_policy": 1,
-                   "tiled_min_bl": 16}  # conv1d.h Conv1dStreamConfig
+                   "tiled_min_bl": 16, "bulk": 0}  # conv1d.h Conv1dStreamConfig
+STREAM_BAR_BYTES_PER_STAGE = STREAM_WARPS * 8  # bulk: one 8-byte mbarrier per warp and ring stage
 STREAM_COMBOS = ((2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))  # (RPW, V) compiled for fp32, NO = 4
 
 
@@ -39,6 +40,7 @@ class StreamPlan(NamedTuple):
     smem_bytes: int = 0
     workspace_floats: int = 0
     counters: int = 0
+    bulk: int = 0
 
 
 def knobs_with_defaults(knobs: dict | None, defaults: dict) -> dict:
@@ -53,7 +55,8 @@ def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, kn
     """conv1d_stream_plan."""
     c = knobs_with_defaults(knobs, STREAM_DEFAULTS)
     if (elem_bytes not in (2, 4) or not 2 <= c["stages"] <= 8 or not 0 <= c["ctas_per_sm"] <= 8
-            or not 0 <= c["cache_policy"] <= 3 or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
+            or not 0 <= c["cache_policy"] <= 3 or c["bulk"] not in (0, 1) or num_sms < 1
+            or min(B, Cin, Cout, L, K) < 1):
         return StreamPlan()
     bl, r = B * L, Cin * K
     no = 4 if bl <= 4 else (8 if bl <= 8 else 16)
@@ -62,7 +65,8 @@ def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, kn
                 else (c["rows_per_warp"], c["vecs_per_row"]) == (4, 2))
     rpw, v = (c["rows_per_warp"], c["vecs_per_row"]) if compiled else (4, 2)
     cw = v * 32 * (16 // elem_bytes)
-    stage_bytes = STREAM_THREADS * rpw * v * 16
+    bulk = int(c["bulk"] == 1 and r * elem_bytes % 16 == 0)
+    stage_bytes = STREAM_THREADS * rpw * v * 16 + (STREAM_BAR_BYTES_PER_STAGE if bulk else 0)
     chunk_x_bytes = cw * no * 4
     chunks, row_groups = math.ceil(r / cw), math.ceil(Cout / (STREAM_WARPS * rpw))
     stages = min(c["stages"], int((MAX_DYNAMIC_SMEM - chunk_x_bytes) / stage_bytes))  # C++ truncation
@@ -73,9 +77,10 @@ def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, kn
 
     def smem(sp: int) -> int:
         return stages * stage_bytes + math.ceil(chunks / sp) * chunk_x_bytes
+    stages = min(stages, max(2, math.ceil(chunks / splits)))  # no idle ring slots, before they could raise splits
     while smem(splits) > MAX_DYNAMIC_SMEM:
         splits += 1
-    stages = min(stages, max(2, math.ceil(chunks / splits)))  # no idle ring slots
+    stages = min(stages, max(2, math.ceil(chunks / splits)))  # ... and after more splits
     if c["ctas_per_sm"] >= 2:
         budget = SMEM_PER_SM // c["ctas_per_sm"] - SMEM_RESERVED_PER_CTA
         while stages > 2 and smem(splits) > budget:
@@ -83,7 +88,8 @@ def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, kn
     if row_groups > 65535 or passes > 65535:
         return StreamPlan()
     return StreamPlan(1, rpw, v, no, passes, splits, row_groups, chunks, math.ceil(chunks / splits), stages,
-                      smem(splits), splits * Cout * bl if splits > 1 else 0, row_groups * passes if splits > 1 else 0)
+                      smem(splits), splits * Cout * bl if splits > 1 else 0, row_groups * passes if splits > 1 else 0,
+                      bulk)
 
 
 def chunk_range(split: int, splits: int, chunks: int) -> tuple[int, int]:
@@ -191,10 +197,60 @@ def chunk_weights(wflat: np.ndarray, row0: int, rpw: int, v: int, e_per_vec: int
     return np.where(ok, wflat[np.minimum(rows, Cout - 1), np.minimum(col, R - 1)], 0.0)
 
 
+def bulk_fill(wflat: np.ndarray, row0: int, rpw: int, v: int, e_per_vec: int, chunk: int, elem_bytes: int,
+              slot: np.ndarray, zeroed: np.ndarray) -> int:
+    """issue_chunk_bulk for one warp: lanes past Cout or R zero their own 16 bytes of `slot` ([r][u][lane][e]),
+    lane t < RPW*V copies piece (t / V, t % V) (its in-range bytes, one bulk copy into the 32 lanes' contiguous 512
+    bytes). Checks what the copy engine needs (size and both addresses multiples of 16, relative to an aligned w and
+    ring) and that zeroed bytes and copied bytes are disjoint, now and (via `zeroed`, per slot, updated) against
+    every earlier chunk of the slot. Returns the expect_tx byte count (the sum of the copies)."""
+    Cout, R = wflat.shape
+    cw = v * 32 * e_per_vec
+    col0 = chunk * cw
+    lanes = np.arange(32)
+    copied = np.zeros(zeroed.shape, bool)
+    slot[...] = np.nan
+    for r in range(rpw):
+        for u in range(v):
+            out = ~((row0 + r < Cout) & (col0 + (u * 32 + lanes) * e_per_vec < R))
+            slot[r, u, out] = 0.0
+            zeroed[r, u] |= out
+    total = 0
+    for t in range(min(32, rpw * v)):
+        r, u = divmod(t, v)
+        row, col = row0 + r, col0 + u * 32 * e_per_vec
+        if not (row < Cout and col < R):
+            continue
+        nbytes = min(32 * e_per_vec, R - col) * elem_bytes
+        assert nbytes % 16 == 0 and (row * R + col) * elem_bytes % 16 == 0, (row, col, nbytes)
+        n = nbytes // elem_bytes  # elements; whole lanes since R is a multiple of e_per_vec
+        assert n % e_per_vec == 0
+        nl = n // e_per_vec
+        assert not zeroed[r, u, :nl].any() and not copied[r, u, :nl].any()  # disjoint from every zero write
+        copied[r, u, :nl] = True
+        slot[r, u, :nl] = wflat[row, col:col + n].reshape(nl, e_per_vec)
+        total += nbytes
+    assert not np.isnan(slot).any()  # every ring byte of the chunk is copied or zeroed
+    return total
+
+
+def fill_slot(wflat: np.ndarray, row0: int, rpw: int, v: int, e_per_vec: int, chunk: int, elem_bytes: int,
+              bulk: int, slot: np.ndarray, zeroed: np.ndarray) -> None:
+    """One warp's ring slot for `chunk`: the cp.async lanes (chunk_weights) or the bulk copies (bulk_fill, which
+    must produce the same bytes; for bulk one arrive + tx bytes completes the slot barrier's next phase)."""
+    if bulk:
+        tx = bulk_fill(wflat, row0, rpw, v, e_per_vec, chunk, elem_bytes, slot, zeroed)
+        assert tx < 1 << 20  # the mbarrier's tx-count range
+        assert np.array_equal(slot, chunk_weights(wflat, row0, rpw, v, e_per_vec, chunk))
+    else:
+        slot[...] = chunk_weights(wflat, row0, rpw, v, e_per_vec, chunk)
+
+
 def emulate_stream(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int = 4,
                    knobs: dict | None = None, num_sms: int = 132) -> np.ndarray:
     """conv1d_stream_kernel CTA by CTA: im2col layout, per-thread cp.async ring (a slot is refilled only after
-    its chunk was read), FMAs, warp reduction, split partials and the last CTA's ordered sum."""
+    its chunk was read), FMAs, warp reduction, split partials and the last CTA's ordered sum. With bulk the ring is
+    filled by bulk_fill and each wait checks the kernel's incremental mbarrier parity against the slot's phase."""
     B, Cin, L = x.shape
     Cout, _, K = w.shape
     p = stream_plan(B, Cin, Cout, L, K, elem_bytes, knobs, num_sms)
@@ -213,15 +269,24 @@ def emulate_stream(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: i
             row0 = group * STREAM_WARPS * rpw + warp * rpw
             ring = np.full((stages, rpw, v, 32, E), np.nan)  # [slot][r][u][lane][e]: each lane's own slots
             tag = [-1] * stages                              # chunk each slot holds
+            phases = [0] * stages                            # bulk: completed phases of the warp's slot barriers
+            zeroed = np.zeros((stages, rpw, v, 32), bool)
             for i in range(min(stages - 1, nc)):
-                ring[i], tag[i] = chunk_weights(wflat, row0, rpw, v, E, c_begin + i), i
+                fill_slot(wflat, row0, rpw, v, E, c_begin + i, elem_bytes, p.bulk, ring[i], zeroed[i])
+                assert tag[i] == -1 and i < stages  # bulk: a first use, no proxy fence (the kernel's i >= stages)
+                tag[i], phases[i] = i, phases[i] + p.bulk
             acc = np.zeros((32, NV))
-            slot, ahead = 0, stages - 1
+            slot, ahead, parity = 0, stages - 1, 0
             for i in range(nc):
                 if i + stages - 1 < nc:
                     assert tag[ahead] in (-1, i - 1)  # refilled only after chunk i - 1 was read from it
-                    tag[ahead] = i + stages - 1
-                    ring[ahead] = chunk_weights(wflat, row0, rpw, v, E, c_begin + tag[ahead])
+                    c = i + stages - 1
+                    assert (tag[ahead] != -1) == (c >= stages)  # the kernel's proxy fence condition: slot reused
+                    fill_slot(wflat, row0, rpw, v, E, c_begin + c, elem_bytes, p.bulk, ring[ahead], zeroed[ahead])
+                    tag[ahead], phases[ahead] = c, phases[ahead] + p.bulk
+                if p.bulk:  # try_wait.parity(parity) passes iff phase i // stages of the slot completed and the
+                    # next one has not (no phase is skipped: the slot's next chunk is issued after this read)
+                    assert parity == (i // stages) & 1 and phases[slot] == i // stages + 1
                 assert tag[slot] == i
                 for u in range(v):
                     for e in range(E):
@@ -229,7 +294,10 @@ def emulate_stream(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: i
                             xv = xs[((i * SLOTS + u * E + e) * NO4 + o4) * 32 + lanes]
                             for r in range(rpw):
                                 acc[:, r * no + 4 * o4:r * no + 4 * o4 + 4] += ring[slot, r, u, :, e][:, None] * xv
+                if slot + 1 == stages:
+                    parity ^= 1
                 slot, ahead = (slot + 1) % stages, (ahead + 1) % stages
+            assert sum(phases) == (nc if p.bulk else 0)  # every issued chunk was waited for (nothing left in flight)
             kept = reduce_scatter(acc)
             for lane, i, idx in stream_writers(NV):
                 row, og = row0 + idx // no, pas * no + idx % no

@@ -5,7 +5,8 @@
 Builds the extension, then for each configuration and target shape: parity against the float64 reference
 (the family's fp32 tolerance, as `dpk parity`), then the cold-L2 median with dpk's timing engine (the L2 flush
 before every sample, CUDA events; what `dpk bench --mode cold` reports). Targets: the two 21 MB batch-1 shapes
-(stream kernel: structure, then L2 policy, then ring depth around the best) and the batch-8/64 Push-T shapes
+(stream kernel: structure, then L2 policy, then ring depth around the best, then the TMA bulk ring: ring depth x
+policy on the best cp.async structure and rpw 4/8 x v 1/2 x cta 1/2) and the batch-8/64 Push-T shapes
 (tiled kernel: tile x stages x CTAs per SM, then L2 policy). The variants' defaults and cuDNN are timed as
 reference rows. Prints one row per measurement as it goes (so a cut-off run still reports), then the best
 configuration per shape. About 2-3 minutes of GPU time on an H200, the extension build (~1 min) excluded.
@@ -18,6 +19,7 @@ import importlib
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -38,6 +40,7 @@ PUSHT = {c.name: c for c in load_suite_file(ROOT / "suites" / "conv1d.yaml").sui
 STREAM_SHAPES = ["c1024_c1024_l4_k5", "c2048_c512_l4_k5"]
 TILED_SHAPES = [f"b{b}_{s}" for b in (8, 64) for s in ("c1024_c1024_l4_k5", "c2048_c512_l4_k5", "c512_c1024_l4_k5")]
 COMBOS = ((4, 2), (4, 1), (2, 2), (2, 4), (4, 4), (8, 1), (8, 2))  # stream.cu kCombos (RPW, V)
+N_STREAM_KNOBS = 7  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
 
 
 def shape_of(name: str) -> tuple[int, int, int, int, int]:
@@ -46,7 +49,8 @@ def shape_of(name: str) -> tuple[int, int, int, int, int]:
 
 
 def stream_name(k: ck.StreamKnobs) -> str:
-    return f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
+    return (f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
+            f" bulk{k.bulk}")
 
 
 def tiled_name(k: ck.TiledKnobs) -> str:
@@ -101,11 +105,15 @@ class Bench:
     def sms(self) -> int:
         return torch.cuda.get_device_properties(self.device).multi_processor_count
 
+    def stream_plans(self, k: ck.StreamKnobs, shapes: list[str]) -> tuple[tuple[int, ...], ...]:
+        """The plans (binding.cpp stream_plan) k runs with on the fp32 shapes."""
+        return tuple(tuple(ck.extension().stream_plan(*shape_of(s), 4, k.as_list()[:N_STREAM_KNOBS], self.sms()))
+                     for s in shapes)
+
     def stream(self, k: ck.StreamKnobs, shapes: list[str]) -> float:
         total = 0.0
-        for s in shapes:
-            p = ck.extension().stream_plan(*shape_of(s), 4, k.as_list()[:6], self.sms())
-            plan = f"{p[5]}x{p[6]} CTAs, {p[8]} chunks/CTA, st{p[9]}, {p[10] // 1024} KB"
+        for s, p in zip(shapes, self.stream_plans(k, shapes), strict=True):
+            plan = f"{p[5]}x{p[6]} CTAs, {p[8]} chunks/CTA, st{p[9]}, {p[10] // 1024} KB{', bulk' if p[13] else ''}"
             total += self.run(stream_name(k), s, lambda x, w, b: ck.run_stream(x, w, b, k), plan=plan)
         return total
 
@@ -126,12 +134,12 @@ class Bench:
 def defaults() -> tuple[ck.StreamKnobs, ck.TiledKnobs]:
     """The compiled defaults (conv1d.h), as explicit knobs (tiled tile/stages/policy stay -1: the rule)."""
     s = ck.extension().default_knobs("stream")
-    tiled = ck.TiledKnobs(*s[6:])
-    return ck.StreamKnobs(*s[:6], tiled=tiled), tiled
+    tiled = ck.TiledKnobs(*s[N_STREAM_KNOBS:])
+    return ck.StreamKnobs(*s[:N_STREAM_KNOBS], tiled=tiled), tiled
 
 
 def sweep_stream(bench: Bench, quick: bool) -> None:
-    base = defaults()[0]
+    base = replace(defaults()[0], bulk=0)  # steps 1-3: the cp.async ring; step 4: the bulk ring
 
     def d(**kw: int) -> ck.StreamKnobs:
         return ck.StreamKnobs(**{**base.__dict__, **kw})
@@ -154,6 +162,34 @@ def sweep_stream(bench: Bench, quick: bool) -> None:
         ks = ck.StreamKnobs(**{**best.__dict__, "stages": st})
         if ks not in scores:
             scores[ks] = bench.stream(ks, STREAM_SHAPES)
+    best = min(scores, key=scores.get)
+    print(f"# best cp.async stream config over {STREAM_SHAPES}: {stream_name(best)}  (sum {scores[best]:.2f} us)",
+          flush=True)
+    # 4. TMA bulk ring: ring depth x L2 policy (bulk copies know evict_first or nothing: 0/1) on the best cp.async
+    # structure and on rpw 4/8 x v 1/2 x cta 1/2; a configuration whose plans (stages capped to the chunks per CTA
+    # and to shared memory) and policy repeat a measured one is skipped
+    if quick:
+        structures = [base, d(rows_per_warp=4, vecs_per_row=2)]
+        depths, policies = (3, 6), (base.cache_policy,)
+    else:
+        structures = [best] + [d(rows_per_warp=r, vecs_per_row=v, ctas_per_sm=cta)
+                               for r in (4, 8) for v in (1, 2) for cta in (1, 2)]
+        depths, policies = (2, 3, 4, 6, 8), (0, 1)
+    bulk_scores: dict[ck.StreamKnobs, float] = {}
+    seen = set()
+    for k in structures:
+        for st in depths:
+            for pol in policies:
+                kb = ck.StreamKnobs(**{**k.__dict__, "bulk": 1, "stages": st, "cache_policy": pol})
+                key = (bench.stream_plans(kb, STREAM_SHAPES), pol)
+                if key not in seen:
+                    seen.add(key)
+                    bulk_scores[kb] = bench.stream(kb, STREAM_SHAPES)
+    scores.update(bulk_scores)
+    if bulk_scores:
+        bb = min(bulk_scores, key=bulk_scores.get)
+        print(f"# best bulk stream config over {STREAM_SHAPES}: {stream_name(bb)}  (sum {bulk_scores[bb]:.2f} us)",
+              flush=True)
     best = min(scores, key=scores.get)
     print(f"# best stream config over {STREAM_SHAPES}: {stream_name(best)}  (sum {scores[best]:.2f} us)", flush=True)
 

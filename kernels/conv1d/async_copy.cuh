@@ -1,4 +1,4 @@
-// async_copy.cuh: cp.async (sm_80+) helpers shared by stream.cu and tiled.cu.
+// async_copy.cuh: cp.async (sm_80+) and TMA bulk-copy / mbarrier (sm_90) helpers shared by stream.cu and tiled.cu.
 //
 // cp.async copies global memory straight into shared memory without passing through registers, so a thread
 // can keep many loads in flight (the bytes in flight per SM are bounded by shared memory, not by the register
@@ -107,6 +107,101 @@ __device__ __forceinline__ void wait_pending(int pending) {
         default: asm volatile("cp.async.wait_group 7;" ::: "memory"); break;
     }
 }
+
+// ---- sm_90 TMA bulk copies completed through an mbarrier (stream.cu's `bulk` ring) ----
+// One `cp.async.bulk` moves a contiguous, 16-byte aligned run of global memory (size a multiple of 16) into shared
+// memory through the async proxy; the copy engine adds the bytes it wrote to the transaction count of an mbarrier
+// in shared memory. A phase of such a barrier (count 1 here) completes when its one arrival (which also declares
+// the expected bytes, expect_tx) has happened and all expected bytes have landed; waiters spin on the phase parity.
+// The PTX is sm_90-only; other targets get a trap (the extension is built for sm_90 only).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define CONV1D_ASYNC_SM90 1
+#else
+#define CONV1D_ASYNC_SM90 0
+#endif
+
+// Initialise the mbarrier at shared address `bar` to expect `count` arrivals per phase (phase parity 0 first).
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+#if CONV1D_ASYNC_SM90
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
+#else
+    __trap();
+#endif
+}
+
+// Make this thread's mbarrier.init visible to the async proxy (the copy engine's complete_tx) and to the other
+// threads of the CTA; they must still be ordered after it by a barrier (__syncwarp / __syncthreads).
+__device__ __forceinline__ void fence_mbar_init() {
+#if CONV1D_ASYNC_SM90
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// Order this thread's earlier generic-proxy shared-memory accesses (plain loads/stores) before later async-proxy
+// accesses (bulk copies) issued after a barrier: a ring slot is read (and zero-filled) by the lanes, then
+// overwritten by the copy engine.
+__device__ __forceinline__ void fence_proxy_async_smem() {
+#if CONV1D_ASYNC_SM90
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#else
+    __trap();
+#endif
+}
+
+// Arrive once on `bar` and add `bytes` to the transaction count its current phase waits for (0: plain arrive).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+#if CONV1D_ASYNC_SM90
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
+#else
+    __trap();
+#endif
+}
+
+// true once the phase of `bar` with parity `parity` has completed (acquire: the bytes its bulk copies wrote are
+// visible to this thread afterwards). A single try: callers loop.
+__device__ __forceinline__ bool mbar_try_wait_parity(unsigned bar, unsigned parity) {
+#if CONV1D_ASYNC_SM90
+    unsigned done;
+    asm volatile(
+        "{\n\t.reg .pred p;\n\t"
+        "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\t"
+        "selp.u32 %0, 1, 0, p;\n\t}"
+        : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    return done != 0;
+#else
+    __trap();
+    return true;
+#endif
+}
+
+__device__ __forceinline__ void mbar_wait_parity(unsigned bar, unsigned parity) {
+    while (!mbar_try_wait_parity(bar, parity)) {
+    }
+}
+
+// `bytes` (multiple of 16, both addresses 16-byte aligned) global -> shared, completion counted on `bar`. With
+// policy modes 1 and 2 the bytes carry the evict_first L2 hint (bulk copies have no L2::256B prefetch qualifier,
+// so mode 2 acts as 1 and mode 3 as 0 here).
+__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar,
+                                              const Policy& p) {
+#if CONV1D_ASYNC_SM90
+    if (p.mode == 1 || p.mode == 2) {
+        asm volatile(
+            "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
+            :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(p.hint) : "memory");
+    } else {
+        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                     :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+    }
+#else
+    __trap();
+#endif
+}
+
+// Wait until every cp.async (non-bulk) of this thread has landed.
+__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
 
 // Split reduction without a memset (graph-safe): every CTA of a split group stores its partials, then calls
 // this; it returns true (block-uniform) in the CTA that arrived last, which may then read all partials, and

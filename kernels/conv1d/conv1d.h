@@ -71,6 +71,8 @@ struct Conv1dStreamConfig {
     int ctas_per_sm = 1;    // grid target SMs x this (splits along Cin*K fill it); 0: one chunk per CTA
     int cache_policy = 1;   // weight loads, as async_copy.cuh: 0 plain, 1 evict_first, 2 +256B, 3 256B only
     int tiled_min_bl = 16;  // fp32 with B*L above this runs tiled.cu instead (bf16/fp16 always stream here)
+    int bulk = 0;           // 1: the weight ring is filled by TMA bulk copies counted on mbarriers (rows with
+                            // Cin*K*sizeof(T) % 16 == 0 and a 16-byte aligned w; else the cp.async ring runs)
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -82,9 +84,10 @@ struct Conv1dStreamPlan {
     int chunks;               // ceil(Cin*K / chunk columns)
     int chunks_per_cta;       // most chunks one CTA streams (ranges are balanced)
     int stages;               // as run (lowered to fit shared memory)
-    size_t smem_bytes;        // ring + im2col of the CTA's columns
+    size_t smem_bytes;        // ring (+ one 8-byte mbarrier per warp and stage with bulk) + im2col of the CTA's columns
     size_t workspace_floats;  // splits * Cout * B*L partial sums (0 when splits == 1)
     int counters;             // arrival counters (row_groups * passes; 0 when splits == 1)
+    int bulk;                 // 1: TMA bulk ring (cfg.bulk and 16-byte rows; the launch also needs an aligned w)
 };
 
 Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dStreamConfig& cfg, int num_sms);

@@ -50,7 +50,8 @@ class TiledKnobs:
 class StreamKnobs:
     """Conv1dStreamConfig: rows per warp (2, 4, 8), 16-byte loads per lane and row (1, 2, 4), cp.async ring
     stages (2..8), CTAs per SM the grid targets (0: one chunk per CTA, the first version's grid), L2 policy
-    (as TiledKnobs), and the B*L above which fp32 runs the tiled kernel with `tiled`."""
+    (as TiledKnobs), the B*L above which fp32 runs the tiled kernel with `tiled`, and `bulk` (1: the weight ring
+    is filled by TMA bulk copies counted on mbarriers; rows of whole 16-byte vectors only, else ignored)."""
 
     rows_per_warp: int = -1
     vecs_per_row: int = -1
@@ -58,11 +59,12 @@ class StreamKnobs:
     ctas_per_sm: int = -1
     cache_policy: int = -1
     tiled_min_bl: int = -1
+    bulk: int = -1
     tiled: TiledKnobs = field(default_factory=TiledKnobs)
 
     def as_list(self) -> list[int]:
         return [self.rows_per_warp, self.vecs_per_row, self.stages, self.ctas_per_sm, self.cache_policy,
-                self.tiled_min_bl, *self.tiled.as_list()]
+                self.tiled_min_bl, self.bulk, *self.tiled.as_list()]
 
 
 @dataclass(frozen=True)

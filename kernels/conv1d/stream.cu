@@ -33,6 +33,18 @@
 // index, each re-reading its weights (from L2 after the first pass).
 // Rows whose byte length is not a multiple of 16 (e.g. Cin=3, K=3) or a misaligned w take 4-byte copies (fp32)
 // or register loads (16-bit) into the same ring layout (VEC = false).
+// Bulk ring (knob `bulk`, BULK = true; VEC only, else the cp.async ring runs): step 2's per-lane 16-byte cp.async
+// costs one LDGSTS per 16 bytes (~10K per CTA at 1024->1024), about the SM's issue rate at its share of DRAM
+// bandwidth, so the copies start slowly and leave no slack; deeper rings did not help. Here the copy engine (TMA,
+// sm_90 `cp.async.bulk`) fills the same ring layout: for fixed (slot, r, u) a warp's 32 lanes own 512 contiguous
+// ring bytes = one contiguous piece of row row0 + r, so a chunk is RPW*V bulk copies per warp (one per lane
+// t < RPW*V, in-range bytes only; lanes past Cout or R zero their own 16 bytes with plain stores). Completion:
+// one mbarrier per (slot, warp), count 1; chunk i is phase i / stages of its slot's barrier (lane 0's
+// arrive.expect_tx of the warp's byte total, then the copies' complete_tx), waited for by every lane with
+// try_wait.parity((i / stages) & 1). A slot is refilled only after the warp's __syncwarp following its reads, so
+// no phase is ever two ahead of a waiter; a reused slot also takes a proxy fence (generic reads, then async
+// writes). x keeps its 4-byte cp.async (wait_all + the barrier at i == 0). Every issued chunk is consumed, so no
+// copy is in flight at exit. Shared memory: + 8 bytes x 8 warps per stage.
 #include <algorithm>
 #include <cstdint>
 
@@ -55,10 +67,15 @@ struct StreamArgs {
     int passes, splits, chunks, stages, policy;
 };
 
-template <typename T, int NO, int RPW, int V, bool VEC>
+// bytes of mbarriers per ring stage with BULK: one 8-byte barrier per warp
+constexpr int kBarBytesPerStage = kWarps * 8;
+
+template <typename T, int NO, int RPW, int V, bool VEC, bool BULK>
 __global__ void __launch_bounds__(kThreads, (NO == 16 && sizeof(T) == 2) ? 1 : 2)
 conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                      T* __restrict__ y, float* __restrict__ ws, unsigned* __restrict__ counters, StreamArgs a) {
+    static_assert(VEC || !BULK, "bulk copies need 16-byte rows");
+    static_assert(RPW * V <= 32, "one bulk copy per lane and chunk");
     using El = Elem<T>;
     constexpr int E = 16 / sizeof(T);        // elements per 16-byte vector
     constexpr int CW = V * 32 * E;           // weight columns per chunk
@@ -69,7 +86,10 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     extern __shared__ uint4 smem[];
     __shared__ unsigned s_last;
     uint4* ring = smem;  // [stage][RPW][V][kThreads]: a thread's own 16-byte slots
-    float4* xs = reinterpret_cast<float4*>(smem + static_cast<size_t>(a.stages) * RPW * V * kThreads);
+    uint4* const ring_end = smem + static_cast<size_t>(a.stages) * RPW * V * kThreads;
+    // BULK: [stage][warp] mbarriers (8 bytes each) between the ring and the im2col
+    const unsigned bars = ca::smem_addr(ring_end);
+    float4* xs = reinterpret_cast<float4*>(ring_end + (BULK ? a.stages * kBarBytesPerStage / 16 : 0));
     // xs: im2col [chunk][SLOTS][NO4][32 lanes] float4, chunk relative to the CTA's first
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -128,6 +148,41 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
         }
     };
 
+    // BULK: the same chunk -> slot mapping, filled by the copy engine. For fixed (slot, r, u) the 32 lanes of a
+    // warp own 512 contiguous ring bytes = row row0 + r, columns [col0 + u*32*E, +32*E): one bulk copy of its
+    // in-range part (a multiple of 16 bytes since R * sizeof(T) % 16 == 0), issued by lane r * V + u after the
+    // warp finished reading the slot and lane 0 declared the bytes; lanes past Cout or R zero their own 16 bytes
+    // with plain stores (disjoint from the copied bytes). Chunk i completes phase i / stages of the warp's barrier
+    // of slot i % stages: one arrival (lane 0's expect_tx, even for 0 bytes) plus the copied bytes.
+    auto bar_of = [&](int slot) { return bars + static_cast<unsigned>((slot * kWarps + warp) * 8); };
+    auto issue_chunk_bulk = [&](int i, int slot) {
+        const int col0 = (c_begin + i) * CW;
+#pragma unroll
+        for (int r = 0; r < RPW; ++r) {
+#pragma unroll
+            for (int u = 0; u < V; ++u) {
+                if (!(row0 + r < a.Cout && col0 + (u * 32 + lane) * E < R))
+                    ring[((slot * RPW + r) * V + u) * kThreads + tid] = make_uint4(0, 0, 0, 0);
+            }
+        }
+        // lane t < RPW * V copies piece (r, u) = (t / V, t % V); lane 0 declares the warp's total bytes first
+        const int r = lane / V, u = lane % V, row = row0 + r, col = col0 + u * 32 * E;
+        const bool copy = lane < RPW * V && row < a.Cout && col < R;
+        const unsigned bytes = copy ? static_cast<unsigned>(min(32 * E, R - col) * sizeof(T)) : 0u;
+        const unsigned total = __reduce_add_sync(0xffffffffu, bytes);
+        // A reused slot (chunk >= stages): order the lanes' reads of its previous chunk (generic proxy) before the
+        // copy engine overwrites it (async proxy). A first use needs none (zeroed bytes are never copied to later:
+        // a piece past Cout or R stays past it), and skipping it there keeps the prologue's copies from waiting
+        // behind this lane's x cp.asyncs (the fence is a MEMBAR.CTA).
+        if (i >= a.stages) ca::fence_proxy_async_smem();
+        __syncwarp();
+        if (lane == 0) ca::mbar_arrive_expect_tx(bar_of(slot), total);
+        __syncwarp();                  // the expect_tx precedes every complete_tx of this phase
+        if (copy)
+            ca::bulk_copy_g2s(ca::smem_addr(ring + ((slot * RPW + r) * V + u) * kThreads + warp * 32),
+                              w + static_cast<size_t>(row) * R + col, bytes, bar_of(slot), policy);
+    };
+
     // 1. x first (its lines are shared by every CTA; they must not queue behind the weight burst)
     if constexpr (sizeof(T) == 4) {
         for (int s = warp; s < nc * SLOTS; s += kWarps)
@@ -135,9 +190,18 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
     ca::commit();
     // 2. the first stages - 1 chunks of weights
-    for (int i = 0; i < a.stages - 1; ++i) {
-        if (i < nc) issue_chunk(i, i);
-        ca::commit();
+    if constexpr (BULK) {
+        if (lane == 0) {  // each warp's own barriers: only its lanes and its copies use them
+            for (int st = 0; st < a.stages; ++st) ca::mbar_init(bar_of(st), 1);
+            ca::fence_mbar_init();
+        }
+        __syncwarp();
+        for (int i = 0; i < a.stages - 1 && i < nc; ++i) issue_chunk_bulk(i, i);
+    } else {
+        for (int i = 0; i < a.stages - 1; ++i) {
+            if (i < nc) issue_chunk(i, i);
+            ca::commit();
+        }
     }
     if constexpr (sizeof(T) != 4) {  // 16-bit x: load, widen, store (published by the barrier at i == 0)
         for (int s = warp; s < nc * SLOTS; s += kWarps)
@@ -149,11 +213,21 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
 #pragma unroll
     for (int i = 0; i < NV; ++i) acc[i] = 0.0f;
     int slot = 0, ahead_slot = a.stages - 1;  // i % stages, (i + stages - 1) % stages
+    unsigned parity = 0;  // BULK: (i / stages) & 1, parity of the phase of slot's barrier that chunk i completes
     for (int i = 0; i < nc; ++i) {
-        if (i + a.stages - 1 < nc) issue_chunk(i + a.stages - 1, ahead_slot);
-        ca::commit();
-        ca::wait_pending(a.stages - 1);  // im2col and chunks 0..i of this thread have landed
-        if (i == 0) __syncthreads();     // ... and every other thread's im2col
+        if constexpr (BULK) {
+            if (i + a.stages - 1 < nc) issue_chunk_bulk(i + a.stages - 1, ahead_slot);
+            if (i == 0) {
+                ca::wait_all();    // this thread's im2col copies have landed
+                __syncthreads();   // ... and every other thread's
+            }
+            ca::mbar_wait_parity(bar_of(slot), parity);  // chunk i's bytes of this warp's slot have landed
+        } else {
+            if (i + a.stages - 1 < nc) issue_chunk(i + a.stages - 1, ahead_slot);
+            ca::commit();
+            ca::wait_pending(a.stages - 1);  // im2col and chunks 0..i of this thread have landed
+            if (i == 0) __syncthreads();     // ... and every other thread's im2col
+        }
         const float4* xc = xs + static_cast<size_t>(i) * SLOTS * NO4 * 32;
 #pragma unroll
         for (int u = 0; u < V; ++u) {
@@ -176,6 +250,7 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
                 }
             }
         }
+        if (slot + 1 == a.stages) parity ^= 1u;
         slot = slot + 1 == a.stages ? 0 : slot + 1;
         ahead_slot = ahead_slot + 1 == a.stages ? 0 : ahead_slot + 1;
     }
@@ -229,14 +304,17 @@ cudaError_t launch_combo(const T* x, const T* w, const T* b, T* y, float* ws, un
                          const Conv1dStreamPlan& p, int policy, cudaStream_t stream) {
     const bool vec = (static_cast<size_t>(s.Cin) * s.K * sizeof(T)) % 16 == 0 &&
                      (reinterpret_cast<uintptr_t>(w) & 15) == 0;
-    constexpr auto kVec = conv1d_stream_kernel<T, NO, RPW, V, true>;
-    constexpr auto kScalar = conv1d_stream_kernel<T, NO, RPW, V, false>;
-    const cudaError_t err = vec ? ca::allow_dynamic_smem<kVec>(p.smem_bytes)
-                                : ca::allow_dynamic_smem<kScalar>(p.smem_bytes);
+    constexpr auto kBulk = conv1d_stream_kernel<T, NO, RPW, V, true, true>;
+    constexpr auto kVec = conv1d_stream_kernel<T, NO, RPW, V, true, false>;
+    constexpr auto kScalar = conv1d_stream_kernel<T, NO, RPW, V, false, false>;
+    const auto kernel = !vec ? kScalar : (p.bulk ? kBulk : kVec);  // a misaligned w: no bulk (smem has room)
+    const cudaError_t err = kernel == kBulk  ? ca::allow_dynamic_smem<kBulk>(p.smem_bytes)
+                            : kernel == kVec ? ca::allow_dynamic_smem<kVec>(p.smem_bytes)
+                                             : ca::allow_dynamic_smem<kScalar>(p.smem_bytes);
     if (err != cudaSuccess) return err;
     const StreamArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.passes, p.splits, p.chunks, p.stages, policy};
     const dim3 grid(p.splits, p.row_groups, p.passes);
-    (vec ? kVec : kScalar)<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, b, y, ws, counters, args);
+    kernel<<<grid, kThreads, p.smem_bytes, stream>>>(x, w, b, y, ws, counters, args);
     return cudaGetLastError();
 }
 
@@ -278,8 +356,8 @@ long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dStreamConfig& cfg, int num_sms) {
     Conv1dStreamPlan p{};
     if ((elem_bytes != 2 && elem_bytes != 4) || cfg.stages < 2 || cfg.stages > 8 || cfg.ctas_per_sm < 0 ||
-        cfg.ctas_per_sm > 8 || cfg.cache_policy < 0 || cfg.cache_policy > 3 || num_sms < 1 || s.B < 1 ||
-        s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
+        cfg.ctas_per_sm > 8 || cfg.cache_policy < 0 || cfg.cache_policy > 3 || cfg.bulk < 0 || cfg.bulk > 1 ||
+        num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     const long long bl = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
     p.outputs_per_pass = outputs_per_pass(bl);
@@ -288,7 +366,10 @@ Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dS
     p.rows_per_warp = compiled ? cfg.rows_per_warp : 4;
     p.vecs_per_row = compiled ? cfg.vecs_per_row : 2;
     const long long cw = p.vecs_per_row * 32 * (16 / elem_bytes);
-    const long long stage_bytes = static_cast<long long>(kThreads) * p.rows_per_warp * p.vecs_per_row * 16;
+    p.bulk = cfg.bulk == 1 && (r * elem_bytes) % 16 == 0;  // rows of whole 16-byte vectors (VEC); else cp.async
+    // one ring stage: the weights, plus its mbarriers with bulk
+    const long long stage_bytes = static_cast<long long>(kThreads) * p.rows_per_warp * p.vecs_per_row * 16 +
+                                  (p.bulk ? kBarBytesPerStage : 0);
     const long long chunk_x_bytes = cw * p.outputs_per_pass * 4;  // im2col of one chunk, fp32
     p.chunks = static_cast<int>(ceil_div(r, cw));
     p.row_groups = static_cast<int>(ceil_div(s.Cout, kWarps * p.rows_per_warp));
@@ -299,9 +380,15 @@ Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dS
                                             : std::max(1LL, std::min<long long>(p.chunks,
                                                                                num_sms * cfg.ctas_per_sm / base));
     auto smem = [&](long long sp) { return p.stages * stage_bytes + ceil_div(p.chunks, sp) * chunk_x_bytes; };
+    // no ring slots that would stay idle (a CTA with fewer chunks than stages); first at the target grid, so that
+    // idle stages never push splits up (rpw8 v1 with stages 7-8 used to fall back to one chunk per CTA), then again
+    // if shared memory forced more splits
+    auto cap_stages = [&] {
+        p.stages = static_cast<int>(std::min<long long>(p.stages, std::max(2LL, ceil_div(p.chunks, splits))));
+    };
+    cap_stages();
     while (smem(splits) > ca::kMaxDynamicSmem) ++splits;  // ends at splits == chunks (one chunk fits, above)
-    // no ring slots that would stay idle (a CTA with fewer chunks than stages)
-    p.stages = static_cast<int>(std::min<long long>(p.stages, std::max(2LL, ceil_div(p.chunks, splits))));
+    cap_stages();
     if (cfg.ctas_per_sm >= 2) {  // fewer stages until ctas_per_sm CTAs fit one SM's shared memory
         const long long budget = ca::kSmemPerSm / cfg.ctas_per_sm - ca::kSmemReservedPerCta;
         while (p.stages > 2 && smem(splits) > budget) --p.stages;
