@@ -85,7 +85,8 @@ def cmd_bench(a: argparse.Namespace) -> int:
     budget = a.budget if a.budget is not None else (1.0 if s.device.type == "cuda" else 0.3)
     cfg = TimingConfig(target_rel=a.target_rel, budget_s=budget, min_samples=a.min_samples)
     fp = fingerprint(s.device)
-    writer = None if a.no_save else RunWriter(paths.results_dir(a.results_dir), fp, {"argv": sys.argv[1:]})
+    meta = {"argv": sys.argv[1:], "planned_rows": total, "complete": False}  # complete: set after the last row
+    writer = None if a.no_save else RunWriter(paths.results_dir(a.results_dir), fp, meta)
     rows: list[dict[str, Any]] = []
     start = time.time()
 
@@ -100,6 +101,9 @@ def cmd_bench(a: argparse.Namespace) -> int:
     print(f"dpk bench: {total} rows on {fp.get('gpu') or fp['cpu']} (copy {fp['copy_gbps']:.0f} GB/s), "
           f"suite {sel.suite}", file=sys.stderr)
     s.bench(sel, cfg, on_row)
+    if writer:
+        writer.meta["complete"] = True
+        writer.flush()
     df = writer.frame() if writer else pd.DataFrame(rows)
     print(render(df, BENCH_COLUMNS, max_width=60))
     print(f"\n{len(df)} rows in {time.time() - start:.0f} s" +
@@ -127,6 +131,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
         df = df[df["family"].isin(split_csv(a.family))]
     for warning in different_environments(ra, rb):
         print(f"warning: environments differ: {warning}", file=sys.stderr)
+    for run in (ra, rb):
+        if note := run.incomplete():
+            print(f"warning: {run.run_id} {note}: rows it lacks compare as UNKNOWN", file=sys.stderr)
     shown = df if a.all else df[df["verdict"] != "SAME"]
     print(f"A = {ra.run_id}\nB = {rb.run_id}")
     if len(shown):

@@ -64,9 +64,30 @@ def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.Dat
             row |= verdict(a.samples.get(key, []), b.samples.get(key, []), cfg)
             if bool(ra.get("throttled")) or bool(rb.get("throttled")):
                 row["note"] = (row.get("note") or "") + " throttled"
+            if row["mode"] == "hot" and (host_bound(ra) or host_bound(rb)):  # this row times the host
+                row["note"] = (row.get("note") or "") + f" host-bound ({_f(ra['host_us'])}/{_f(rb['host_us'])} us host)"
         out.append(row)
     cols = [*KEY, "median_us_a", "median_us_b", "ratio", "p", "threshold", "verdict", "note"]
     return pd.DataFrame(out, columns=cols)
+
+
+HOST_BOUND = 0.8  # a hot-mode row whose host cost per call is >= this fraction of its median times the host
+
+
+def host_bound(row: pd.Series) -> bool:
+    """Whether a hot-mode row's time is mostly the host's (back-to-back calls of a launch-bound variant: the
+    device waits for the next launch): such rows move with the host's speed, not with the kernel. (Cold mode
+    hides the launch behind a spin; graph mode has no host.)"""
+    host, med = row.get("host_us"), row.get("median_us")
+    return bool(_num(host) and _num(med) and med > 0 and host >= HOST_BOUND * med)
+
+
+def _num(v: object) -> bool:
+    return isinstance(v, (int, float)) and not math.isnan(v)
+
+
+def _f(v: object) -> str:
+    return f"{v:.1f}" if _num(v) else "-"
 
 
 HOST_DRIFT = 0.10  # host_op_us differing by more than this moves host-bound rows (hot mode, Python-heavy calls)

@@ -112,6 +112,15 @@ class Run:
         self.samples = {tuple(r[k] for k in KEY): r.get("samples_s", []) for r in rows}
         self.df = pd.DataFrame([{k: v for k, v in r.items() if k != "samples_s"} for r in rows], columns=COLUMNS)
 
+    def incomplete(self) -> str | None:
+        """Why this run is partial (stopped before its last planned row), or None: complete, or stored before
+        runs recorded it."""
+        if self.meta.get("complete", True):
+            return None
+        planned = self.meta.get("planned_rows")
+        return f"is incomplete ({len(self.df)} of {planned} planned rows: interrupted)" if planned else \
+            "is incomplete (interrupted)"
+
 
 def list_runs(results_dir: Path, machine: str | None = None) -> list[Path]:
     """Stored runs (their JSON files), oldest first."""

@@ -48,7 +48,7 @@ def test_bench_graph_mode_on_cpu_is_unavailable_not_an_error(tmp_path):
     assert list(df.status) == ["unavailable"] and "CUDA GPU" in df.reason[0]
 
 
-def test_interrupted_bench_keeps_finished_rows(tmp_path, monkeypatch):
+def test_interrupted_bench_keeps_finished_rows(tmp_path, monkeypatch, capsys):
     real = timing.Timer.measure
     calls = {"n": 0}
 
@@ -61,7 +61,15 @@ def test_interrupted_bench_keeps_finished_rows(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         cli.main(["bench", "--family", "toy", "--variant", "torch", "--mode", "hot", "--budget", "0.02",
                   "--results-dir", str(tmp_path), *TOY])
-    assert len(results.resolve_run("latest", tmp_path).df) == 2
+    run = results.resolve_run("latest", tmp_path)
+    assert len(run.df) == 2
+    assert run.meta["complete"] is False and run.incomplete().startswith("is incomplete (2 of ")
+    assert cli.main(["bench", "--family", "toy", "--variant", "torch", "--mode", "hot", "--budget", "0.02",
+                     "--case", "m7_n13", "--results-dir", str(tmp_path), *TOY]) == 0
+    assert results.resolve_run("latest", tmp_path).incomplete() is None
+    capsys.readouterr()
+    assert cli.main(["compare", "latest~1", "latest", "--results-dir", str(tmp_path)]) in (0, 1)
+    assert "is incomplete (2 of " in capsys.readouterr().err
 
 
 def test_bad_input_gives_clear_errors(capsys, tmp_path):

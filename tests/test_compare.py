@@ -66,3 +66,20 @@ def test_host_speed_drift_is_reported(tmp_path):
         runs.append(results.Run(w.json_path))
     notes = compare.different_environments(*runs)
     assert len(notes) == 1 and notes[0].startswith("host speed: one torch op costs 5.0 vs 6.5 us")
+
+
+def test_host_bound_hot_rows_are_marked(tmp_path):
+    """A hot-mode row whose host cost per call is >= 80% of its median times the host: the note says so;
+    device-bound hot rows and cold rows are not marked."""
+    runs = []
+    for ts, host_scale in (("2026-11-21T10:00:00+00:00", 1.0), ("2026-11-21T11:00:00+00:00", 1.3)):
+        w = results.RunWriter(tmp_path, fingerprint(ts=ts), {})
+        w.add({**row("launch", 13.0 * host_scale), "mode": "hot", "host_us": 12.0 * host_scale},
+              samples(13e-6 * host_scale))
+        w.add({**row("kernel", 50.0), "mode": "hot", "host_us": 12.0 * host_scale}, samples(50e-6))
+        w.add({**row("launch", 5.0), "mode": "cold", "host_us": 12.0 * host_scale}, samples(5e-6))
+        runs.append(results.Run(w.json_path))
+    df = compare.compare_runs(*runs).set_index(["variant", "mode"])
+    assert df.loc[("launch", "hot"), "verdict"] == "SLOWER"
+    assert "host-bound (12.0/15.6 us host)" in df.loc[("launch", "hot"), "note"]
+    assert "host-bound" not in df.loc[("kernel", "hot"), "note"] + df.loc[("launch", "cold"), "note"]
