@@ -79,20 +79,23 @@ def aliases(outs: Sequence[torch.Tensor], inputs: Sequence[Any]) -> list[str]:
 
 @contextlib.contextmanager
 def poisoned_allocator(device: torch.device, nbytes: Sequence[int], byte: int = 0x7F) -> Iterator[None]:
-    """CUDA: leave only blocks of the output sizes filled with `byte` in the caching allocator.
+    """Leave freed blocks of the output sizes filled with `byte` where the next allocations come from.
 
-    The variant's allocations then hold the poison (0x7F: a huge finite float, unlike the NaN of
-    `nan_filled_empty`, so the two runs disagree wherever the output was not written) *before* anything
-    it queues runs, without changing how torch computes (unlike deterministic mode) and without any fill
-    queued behind the call, which the side-stream probe must not depend on.
+    CUDA: the caching allocator then holds only these blocks, so the variant's allocations hold the poison
+    (0x7F: a huge finite float, unlike the NaN of `nan_filled_empty`, so the two runs disagree wherever the
+    output was not written) *before* anything it queues runs, without changing how torch computes (unlike
+    deterministic mode) and without any fill queued behind the call, which the side-stream probe must not
+    depend on. CPU: malloc hands freed chunks of a size back first (large ones come back as fresh zero pages),
+    so an unwritten output holds the poison or zeros, not what an earlier NaN-filled run left there.
     """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.empty_cache()
-        blocks = [torch.full((max(n, 1),), byte, dtype=torch.uint8, device=device)
-                  for n in nbytes for _ in range(POISON_COPIES)]
+    blocks = [torch.full((max(n, 1),), byte, dtype=torch.uint8, device=device)
+              for n in nbytes for _ in range(POISON_COPIES)]
+    if device.type == "cuda":
         torch.cuda.synchronize(device)
-        del blocks
+    del blocks
     yield
 
 
