@@ -1,7 +1,8 @@
 """Checks that catch variants which pass a naive comparison but cheat or break (KernelBench/gpu-mode style).
 
-- uninitialised output: fresh allocations hold NaN (torch's deterministic fill on CPU and CUDA, and
-  the CUDA caching allocator pre-poisoned with NaN bytes), so unwritten elements show up;
+- uninitialised output: two runs whose fresh allocations hold different poisons (0x7F bytes: the CUDA
+  caching allocator pre-poisoned, or torch.empty & co. filling on CPU; then NaN, torch's deterministic
+  fill) must agree, so unwritten elements show up;
 - inputs modified by the call: byte-exact snapshots of every input tensor;
 - output aliasing an input: storage ranges compared;
 - work on a side stream (GPU): the call is queued behind a ~2 ms spin on the current stream while an
@@ -13,6 +14,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 import warnings
@@ -79,24 +81,53 @@ def aliases(outs: Sequence[torch.Tensor], inputs: Sequence[Any]) -> list[str]:
 
 @contextlib.contextmanager
 def poisoned_allocator(device: torch.device, nbytes: Sequence[int], byte: int = 0x7F) -> Iterator[None]:
-    """Leave freed blocks of the output sizes filled with `byte` where the next allocations come from.
+    """Make the call's fresh allocations hold `byte` (0x7F: a huge finite float, unlike the NaN of
+    `nan_filled_empty`, so the two runs disagree wherever the output was not written).
 
-    CUDA: the caching allocator then holds only these blocks, so the variant's allocations hold the poison
-    (0x7F: a huge finite float, unlike the NaN of `nan_filled_empty`, so the two runs disagree wherever the
-    output was not written) *before* anything it queues runs, without changing how torch computes (unlike
-    deterministic mode) and without any fill queued behind the call, which the side-stream probe must not
-    depend on. CPU: malloc hands freed chunks of a size back first (large ones come back as fresh zero pages),
-    so an unwritten output holds the poison or zeros, not what an earlier NaN-filled run left there.
+    CUDA: the caching allocator is left holding only blocks of the output sizes filled with the poison, so the
+    variant's allocations hold it *before* anything it queues runs, without changing how torch computes
+    (unlike deterministic mode) and without any fill queued behind the call, which the side-stream probe must
+    not depend on. CPU: malloc gives no such control (aligned allocations do not reuse freed chunks in order),
+    so torch.empty, empty_like, empty_strided and Tensor.new_empty fill what they return for the duration;
+    memory that C++ code allocates itself holds whatever malloc gives.
     """
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
+    if device.type != "cuda":
+        with _poisoned_cpu_empty(byte):
+            yield
+        return
+    torch.cuda.synchronize(device)
+    torch.cuda.empty_cache()
     blocks = [torch.full((max(n, 1),), byte, dtype=torch.uint8, device=device)
               for n in nbytes for _ in range(POISON_COPIES)]
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    torch.cuda.synchronize(device)
     del blocks
     yield
+
+
+_EMPTY_FNS = ("empty", "empty_like", "empty_strided")
+
+
+@contextlib.contextmanager
+def _poisoned_cpu_empty(byte: int) -> Iterator[None]:
+    saved, saved_new = {name: getattr(torch, name) for name in _EMPTY_FNS}, torch.Tensor.new_empty
+
+    def poisoning(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            out = fn(*args, **kwargs)
+            if isinstance(out, torch.Tensor) and out.device.type == "cpu":
+                out.untyped_storage().fill_(byte)
+            return out
+        return wrapper
+    try:
+        for name, fn in saved.items():
+            setattr(torch, name, poisoning(fn))
+        torch.Tensor.new_empty = poisoning(saved_new)
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(torch, name, fn)
+        torch.Tensor.new_empty = saved_new
 
 
 @contextlib.contextmanager

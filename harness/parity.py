@@ -7,9 +7,8 @@ NaN/Inf-mismatch counts and the first mismatching indices, and runs the guards o
          an input?, lazy output?, threads left running / output still changing after return?
   run 1b a second plain call: threads it starts and leaves running are reported (a first call may start a
          library's worker pool, as torch.compile does)
-  run 2  fresh allocations hold NaN instead of run 1's poison (0x7F bytes; on CPU as far as malloc reuses
-         the freed poison blocks, else fresh zero pages): elements that differ between the runs were never
-         written
+  run 2  fresh allocations hold NaN instead of run 1's 0x7F bytes (guards.poisoned_allocator): elements
+         that differ between the runs were never written
   run 3  (GPU) queued behind a spin on the current stream: does the output appear early (side stream)?
   run 4  (GPU, graph-capturable variants) an eager call on fresh inputs (another seed) must pass too;
          then capture once, copy the fresh inputs into the captured buffers and replay: the replay must
