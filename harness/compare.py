@@ -79,15 +79,11 @@ def host_bound(row: pd.Series) -> bool:
     device waits for the next launch): such rows move with the host's speed, not with the kernel. (Cold mode
     hides the launch behind a spin; graph mode has no host.)"""
     host, med = row.get("host_us"), row.get("median_us")
-    return bool(_num(host) and _num(med) and med > 0 and host >= HOST_BOUND * med)
-
-
-def _num(v: object) -> bool:
-    return isinstance(v, (int, float)) and not math.isnan(v)
+    return bool(pd.notna(host) and pd.notna(med) and med > 0 and host >= HOST_BOUND * med)
 
 
 def _f(v: object) -> str:
-    return f"{v:.1f}" if _num(v) else "-"
+    return f"{v:.1f}" if pd.notna(v) else "-"
 
 
 HOST_DRIFT = 0.10  # host_op_us differing by more than this moves host-bound rows (hot mode, Python-heavy calls)

@@ -116,47 +116,34 @@ __device__ __forceinline__ void wait_pending(int pending) {
 // The PTX is sm_90-only; other targets get a trap (the extension is built for sm_90 only).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define CONV1D_ASYNC_SM90 1
+#define CONV1D_SM90_ONLY(...) __VA_ARGS__
 #else
 #define CONV1D_ASYNC_SM90 0
+#define CONV1D_SM90_ONLY(...) __trap()
 #endif
 
 // Initialise the mbarrier at shared address `bar` to expect `count` arrivals per phase (phase parity 0 first).
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-#if CONV1D_ASYNC_SM90
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory");
-#else
-    __trap();
-#endif
+    CONV1D_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory"));
 }
 
 // Make this thread's mbarrier.init visible to the async proxy (the copy engine's complete_tx) and to the other
 // threads of the CTA; they must still be ordered after it by a barrier (__syncwarp / __syncthreads).
 __device__ __forceinline__ void fence_mbar_init() {
-#if CONV1D_ASYNC_SM90
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#else
-    __trap();
-#endif
+    CONV1D_SM90_ONLY(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
 }
 
 // Order this thread's earlier generic-proxy shared-memory accesses (plain loads/stores) before later async-proxy
 // accesses (bulk copies) issued after a barrier: a ring slot is read (and zero-filled) by the lanes, then
 // overwritten by the copy engine.
 __device__ __forceinline__ void fence_proxy_async_smem() {
-#if CONV1D_ASYNC_SM90
-    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#else
-    __trap();
-#endif
+    CONV1D_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;" ::: "memory"));
 }
 
 // Arrive once on `bar` and add `bytes` to the transaction count its current phase waits for (0: plain arrive).
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
-#if CONV1D_ASYNC_SM90
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" :: "r"(bar), "r"(bytes) : "memory");
-#else
-    __trap();
-#endif
+    CONV1D_SM90_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                                  :: "r"(bar), "r"(bytes) : "memory"));
 }
 
 // true once the phase of `bar` with parity `parity` has completed (acquire: the bytes its bulk copies wrote are
