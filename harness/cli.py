@@ -126,7 +126,7 @@ def cmd_show(a: argparse.Namespace) -> int:
 def cmd_compare(a: argparse.Namespace) -> int:
     rd = paths.results_dir(a.results_dir)
     ra, rb = resolve_run(a.run_a, rd), resolve_run(a.run_b, rd)
-    df = compare_runs(ra, rb, CompareConfig(alpha=a.alpha, min_effect=a.threshold))
+    df = compare_runs(ra, rb, CompareConfig(alpha=a.alpha, min_effect=a.threshold, floor_us=a.floor_us))
     if a.family:
         df = df[df["family"].isin(split_csv(a.family))]
     for warning in different_environments(ra, rb):
@@ -180,6 +180,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("run_b", help="new run")
     sp.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
     sp.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
+    sp.add_argument("--floor-us", type=float, default=None,
+                    help="absolute noise floor of cold/hot GPU rows in us (default 1.0: the measured run-to-run "
+                         "shift of kernel starts)")
     sp.add_argument("--all", action="store_true", help="also list SAME rows")
     sp.add_argument("--family", action="append", help="compare only these families")
     sp.set_defaults(fn=cmd_compare)

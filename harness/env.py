@@ -17,7 +17,7 @@ import torch
 
 from .clocks import nvml_for
 from .paths import project_root
-from .timing import flush_bytes, flush_method
+from .timing_aids import flush_bytes, flush_method, host_probe_s
 
 COPY_BYTES = 512 << 20  # per buffer: far beyond any L2, so the copy streams from DRAM
 
@@ -85,18 +85,9 @@ def copy_bandwidth_gbps(device: torch.device) -> float:
 
 
 def host_op_us(device: torch.device) -> float:
-    """Host cost of issuing one tiny torch op (median of 5 x 100): how fast this host drives the device.
-    `hot` timings of host-bound calls scale with it, so `dpk compare` warns when two runs' values differ."""
-    x = torch.zeros(1, device=device)
-    per_op = []
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(100):
-            x.add_(1)
-        per_op.append((time.perf_counter() - t0) / 100 * 1e6)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-    return sorted(per_op)[2]
+    """Host cost of issuing one tiny torch op (median of 25 host probes): how fast this host drives the device.
+    Host-bound rows scale with it, so `dpk compare` warns when two runs' values differ."""
+    return sorted(host_probe_s(device) for _ in range(25))[12] * 1e6
 
 
 def fingerprint(device: torch.device, measure_bandwidth: bool = True) -> dict[str, Any]:

@@ -154,9 +154,14 @@ def measurement_fields(meas: Measurement, base: dict[str, Any]) -> dict[str, Any
     return {"timer": meas.timer, "n": s.n, "median_us": med * US, "iqr_us": s.iqr * US, "min_us": s.min * US,
             "mean_us": s.mean * US, "std_us": s.std * US, "p10_us": s.p10 * US, "p90_us": s.p90 * US,
             "rel_spread": s.rel_spread, "stopped": meas.stopped,
-            "host_us": meas.host_s * US if meas.host_s is not None else float("nan"),
-            "calls_per_sample": meas.calls_per_sample, "gbps": gbps, "tflops": tflops,
+            "host_us": _nan(meas.host_s) * US,
+            "calls_per_sample": meas.calls_per_sample, "uncovered": _nan(meas.uncovered),
+            "host_probe_us": _nan(meas.host_probe_s) * US, "gbps": gbps, "tflops": tflops,
             "pct_peak_bw": 100 * gbps / copy, "throttled": meas.throttled, **meas.clocks}
+
+
+def _nan(v: float | None) -> float:
+    return float("nan") if v is None else v
 
 
 def cuda_alive(device: torch.device) -> None:

@@ -1,18 +1,23 @@
 """The one timing engine. Everything that reports a time (CLI, pytest-benchmark, asv) calls `Timer.measure`.
 
-GPU (CUDA events, one pair per sample, all samples kept):
+GPU (CUDA events, one pair per sample, all kept samples stored). Every mode times the DEVICE; the host's cost
+of one call is measured separately (`host_s`), so a row does not move with the host CPU's speed:
   cold   flush L2 before every sample, outside the event pair, by READING a buffer >= 2x the device's L2:
          L2 ends up full of clean lines unrelated to the call (a write flush would leave dirty lines whose
-         write-backs get charged to the call's own reads). Then the stream is held by a spin covering 1.5x
-         the call's measured host cost (nvbench's blocking-kernel idea), so the whole call is queued before
-         the first event fires: cold is device time with a cold L2, GPU-side kernel starts included, and
-         does not move with the host CPU's speed (a flush alone hides host cost only up to its own length).
-  hot    back-to-back calls, warm L2: a sample is M consecutive calls between one event pair, divided by
-         M (M sized so a sample lasts ~hot_target_s): the per-call time of an eager loop, i.e. the larger of
-         the host cost and the device time, without the harness's own event overhead.
+         write-backs get charged to the call's own reads). Then the stream is held by a spin covering the
+         call's host cost (nvbench's blocking-kernel idea), so the whole call is queued before the first
+         event fires: device time with a cold L2, GPU-side kernel starts included.
+  hot    M back-to-back calls between one event pair, divided by M (M sized so a sample lasts ~hot_target_s),
+         queued behind the same kind of spin: device time per call with a warm L2, the GPU-side gaps between
+         launches included. An eager loop costs max(host_s, hot) per call.
   graph  K calls captured in one CUDA graph and replayed; sample = replay time / K: device time with
          launch overhead removed.
-Plus the host-side cost of one call (perf_counter around the Python call, cold/hot only).
+Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
+spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
+the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
+`cover_grow` times; what is still uncovered after that is kept and its fraction recorded (`uncovered`):
+such a row times the host, not the kernel, and `dpk compare` judges it on host-speed-normalised samples,
+using `host_probe_s`, a fixed host workload timed between the row's batches.
 
 Stopping: warm up for `warmup_s`, then sample in growing batches until the ~95% CI of the median is
 within `target_rel` of it (after `min_samples`), or `budget_s` runs out. CPU runs use the same loop and
@@ -20,12 +25,10 @@ statistics with `clock` (time.perf_counter by default; tests inject a fake clock
 """
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -33,8 +36,10 @@ import torch
 from .clocks import ClockTrace, nvml_for
 from .registry import Unavailable
 from .stats import Stats, summarize
+from .timing_aids import flush_buffer, flush_bytes, flush_method, host_probe_s, sm_hz  # noqa: F401 (re-exported)
 
 MODES = ("cold", "hot", "graph")
+COVERED = ("cold", "hot")  # modes whose calls are queued behind a spin
 
 
 @dataclass
@@ -48,9 +53,10 @@ class TimingConfig:
     graph_max_calls: int = 100
     hot_target_s: float = 1e-4  # wall time of one hot sample; M = this / time of one call
     hot_max_calls: int = 200
-    cover_factor: float = 1.5  # cold: spin for this times the call's host cost, plus cover_margin_s
+    cover_factor: float = 2.0  # cold/hot: spin for this times the call's host cost, plus cover_margin_s
     cover_margin_s: float = 1e-5
-    cover_max_s: float = 2e-3
+    cover_max_s: float = 4e-3
+    cover_grow: int = 3  # times a batch with uncovered samples doubles the spin (and is discarded)
     clock: Callable[[], float] = time.perf_counter
 
 
@@ -65,46 +71,8 @@ class Measurement:
     stopped: str = ""
     clocks: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
-
-
-CPU_FLUSH_CAP = 64 << 20  # CPU runs exercise the harness; a 0.5 GB flush per sample (server LLCs) is not worth it
-
-
-def _flush_bytes_cpu() -> int:
-    try:
-        size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
-        mult = {"K": 1 << 10, "M": 1 << 20}.get(size[-1], 1)
-        return min(2 * int(size.rstrip("KM")) * mult, CPU_FLUSH_CAP)
-    except (OSError, ValueError):
-        return CPU_FLUSH_CAP
-
-
-@functools.cache
-def _flush_buffer(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """(buffer, 0-d sink): the buffer is read into the sink to flush, so no allocation happens per sample."""
-    if device.type == "cuda":
-        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
-        nbytes = max(2 * l2, 64 << 20)
-    else:
-        nbytes = _flush_bytes_cpu()
-    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
-    return buf, torch.empty((), dtype=torch.float32, device=device)
-
-
-def flush_bytes(device: torch.device) -> int:
-    buf, _ = _flush_buffer(device)
-    return buf.numel() * buf.element_size()
-
-
-@functools.cache
-def sm_hz(device: torch.device) -> float:
-    """Cycles per second of torch.cuda._sleep's spin: the SM's max clock (NVML), or 2 GHz when unknown."""
-    mhz = nvml_for(device).info().get("sm_mhz_max")
-    return float(mhz) * 1e6 if mhz else 2e9
-
-
-def flush_method(device: torch.device) -> str:
-    return f"{'read' if device.type == 'cuda' else 'read-modify-write'} of {flush_bytes(device) >> 20} MiB"
+    uncovered: float | None = None  # cold/hot on a GPU: fraction of kept samples the spin did not cover
+    host_probe_s: float | None = None  # GPU: median of the host probe timed between this row's batches
 
 
 class Timer:
@@ -121,7 +89,7 @@ class Timer:
             torch.cuda.synchronize(self.device)
 
     def _flush(self) -> None:
-        buf, sink = _flush_buffer(self.device)
+        buf, sink = flush_buffer(self.device)
         if self.cuda:
             torch.sum(buf, dim=0, out=sink)  # every line read allocates in L2: all of it is replaced, clean
         else:
@@ -195,27 +163,44 @@ class Timer:
 
     def _measure_cuda(self, fn: Callable[[], Any], mode: str, k: int) -> Measurement:
         self._warmup(fn)
-        cover = self._cover_cycles(fn) if mode == "cold" else 0
+        covered = mode in COVERED
+        cover = cover0 = self._cover_cycles(fn) if covered else 0
+        grow = self.cfg.cover_grow if covered else 0
         nvml, trace = nvml_for(self.device), ClockTrace()
         nvml.sample(trace)
         samples: list[float] = []
         host: list[float] = []
+        late: list[bool] = []  # per kept sample: the spin had ended before the call was queued
+        probe: list[float] = []
         deadline = time.perf_counter() + self.cfg.budget_s
         batch = 4
         while True:
             pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                      for _ in range(batch)]
+            b_host, b_late = [], []
             for e0, e1 in pairs:
                 if mode == "cold":
                     self._flush()
+                if covered:
                     torch.cuda._sleep(cover)
                 e0.record()
                 h0 = time.perf_counter()
                 fn()
-                host.append((time.perf_counter() - h0) / k)
+                b_host.append((time.perf_counter() - h0) / k)
                 e1.record()
+                if covered:
+                    b_late.append(e0.query())
             pairs[-1][1].synchronize()
+            probe.append(host_probe_s(self.device))
+            if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
+                if all(b_late) and grow < self.cfg.cover_grow:
+                    cover, grow = cover0, 0  # all late twice: the call waits for the device, no spin helps
+                else:
+                    cover, grow = min(2 * cover, self._cycles(self.cfg.cover_max_s)), grow - 1
+                continue
             samples += [e0.elapsed_time(e1) / 1e3 / k for e0, e1 in pairs]
+            host += b_host
+            late += b_late
             nvml.sample(trace)
             if stopped := self._done(samples, deadline, time.perf_counter()):
                 break
@@ -223,7 +208,9 @@ class Timer:
             batch = int(min(max(batch * 2, 4), 256, max(4, 0.05 / max(spent / batch, 1e-7))))
         return Measurement(mode, "cuda_event", samples, summarize(samples),
                            host_s=None if mode == "graph" else summarize(host).median, calls_per_sample=k,
-                           stopped=stopped, clocks=trace.summary(), throttled=trace.throttled)
+                           stopped=stopped, clocks=trace.summary(), throttled=trace.throttled,
+                           uncovered=sum(late) / len(late) if covered else None,
+                           host_probe_s=summarize(probe).median)
 
     def _graph(self, fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
         side = torch.cuda.Stream(self.device)
@@ -268,7 +255,10 @@ class Timer:
             fn()
             host.append(time.perf_counter() - t0)
         self._sync()
-        seconds = min(self.cfg.cover_factor * sorted(host)[2] + self.cfg.cover_margin_s, self.cfg.cover_max_s)
+        return self._cycles(min(self.cfg.cover_factor * sorted(host)[2] + self.cfg.cover_margin_s,
+                                self.cfg.cover_max_s))
+
+    def _cycles(self, seconds: float) -> int:
         return int(seconds * sm_hz(self.device))
 
     @staticmethod

@@ -83,3 +83,55 @@ def test_host_bound_hot_rows_are_marked(tmp_path):
     assert df.loc[("launch", "hot"), "verdict"] == "SLOWER"
     assert "host-bound (12.0/15.6 us host)" in df.loc[("launch", "hot"), "note"]
     assert "host-bound" not in df.loc[("kernel", "hot"), "note"] + df.loc[("launch", "cold"), "note"]
+
+
+def _pair(tmp_path, rows_a: list, rows_b: list, argv=(["bench"], ["bench"])) -> tuple:
+    runs = []
+    stamps = ("2026-11-21T10:00:00+00:00", "2026-11-21T11:00:00+00:00")
+    for ts, rows, av in zip(stamps, (rows_a, rows_b), argv):
+        w = results.RunWriter(tmp_path, fingerprint(ts=ts), {"argv": av})
+        for r, s in rows:
+            w.add(r, s)
+        runs.append(results.Run(w.json_path))
+    return tuple(runs)
+
+
+def gpu_row(variant: str, median_us: float, mode: str = "cold", **kw) -> dict:
+    return {**row(variant, median_us, mode=mode), "timer": "cuda_event", **kw}
+
+
+def test_uncovered_rows_are_judged_per_host_op(tmp_path):
+    """A row whose calls wait for the device (uncovered) times the host: a host 1.4x slower in run B alone is
+    SAME, the same host with a 1.3x slower call is SLOWER; covered rows are judged on raw samples."""
+    a = [(gpu_row("sync", 400.0, uncovered=1.0, host_probe_us=7.0, host_us=390.0), samples(400e-6, seed=1)),
+         (gpu_row("sync2", 400.0, uncovered=1.0, host_probe_us=7.0, host_us=390.0), samples(400e-6, seed=2)),
+         (gpu_row("kernel", 50.0, uncovered=0.0, host_probe_us=7.0, host_us=9.0), samples(50e-6, seed=3))]
+    b = [(gpu_row("sync", 560.0, uncovered=1.0, host_probe_us=9.8, host_us=550.0), samples(560e-6, seed=4)),
+         (gpu_row("sync2", 728.0, uncovered=0.9, host_probe_us=9.8, host_us=720.0), samples(728e-6, seed=5)),
+         (gpu_row("kernel", 60.0, uncovered=0.0, host_probe_us=9.8, host_us=12.0), samples(60e-6, seed=6))]
+    df = compare.compare_runs(*_pair(tmp_path, a, b)).set_index("variant")
+    assert df.loc["sync", "verdict"] == "SAME" and "per host op (7.0/9.8 us op)" in df.loc["sync", "note"]
+    assert df.loc["sync2", "verdict"] == "SLOWER" and abs(df.loc["sync2", "ratio"] - 1.3) < 0.03
+    assert df.loc["kernel", "verdict"] == "SLOWER" and df.loc["kernel", "note"] == ""
+
+
+def test_gpu_floor_absorbs_sub_microsecond_start_shifts(tmp_path):
+    """cold/hot GPU rows: a 0.6 us shift of a 5 us kernel (12%) is below the 1 us floor; 1.5 us is not; graph
+    rows and CPU rows have no floor; --floor-us overrides it."""
+    a = [(gpu_row("k", 5.0), samples(5.0e-6, seed=1)), (gpu_row("k2", 5.0), samples(5.0e-6, seed=2)),
+         (gpu_row("g", 5.0, mode="graph"), samples(5.0e-6, seed=3)), (row("cpu", 5.0, mode="cold"), samples(5e-6))]
+    b = [(gpu_row("k", 5.6), samples(5.6e-6, seed=4)), (gpu_row("k2", 6.5), samples(6.5e-6, seed=5)),
+         (gpu_row("g", 5.6, mode="graph"), samples(5.6e-6, seed=6)), (row("cpu", 5.6, mode="cold"), samples(5.6e-6))]
+    ra, rb = _pair(tmp_path, a, b)
+    v = compare.compare_runs(ra, rb).set_index("variant")["verdict"].to_dict()
+    assert v == {"k": "SAME", "k2": "SLOWER", "g": "SLOWER", "cpu": "SLOWER"}
+    v0 = compare.compare_runs(ra, rb, compare.CompareConfig(floor_us=0.0)).set_index("variant")["verdict"]
+    assert v0["k"] == "SLOWER"
+    assert cli.main(["compare", ra.run_id, rb.run_id, "--results-dir", str(tmp_path), "--floor-us", "2"]) == 1
+
+
+def test_different_commands_are_reported(tmp_path):
+    ra, rb = _pair(tmp_path, [(row("a", 10.0), samples(1e-5))], [(row("a", 10.0), samples(1e-5))],
+                   argv=(["bench", "--suite", "pusht"], ["bench", "--suite", "smoke"]))
+    assert compare.different_environments(ra, rb) == [
+        "commands: dpk bench --suite pusht vs dpk bench --suite smoke"]

@@ -79,3 +79,30 @@ def test_mann_whitney_against_known_values():
     p = stats.mann_whitney_p(a, [x + 100 for x in a])
     assert 1e-5 < p < 5e-4
     assert stats.mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == 1.0  # too few samples: never a verdict
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_gpu_modes_time_the_device_and_name_host_bound_calls():
+    """cold/hot time the device: a call whose host cost is ~10x its device time (20 tiny launches) is covered
+    (uncovered ~0, hot well below the host cost); a call that synchronises is named host-bound (uncovered 1)."""
+    dev = torch.device("cuda")
+    x = torch.zeros(256, device=dev)
+
+    def launches() -> None:
+        for _ in range(20):
+            x.add_(1)
+
+    def syncing() -> None:
+        x.add_(1)
+        torch.cuda.synchronize(dev)
+
+    timer = Timer(dev, TimingConfig(budget_s=0.1))
+    for mode in ("cold", "hot"):
+        m = timer.measure(launches, mode)
+        assert m.uncovered is not None and m.uncovered < 0.1, (mode, m.uncovered)
+        assert m.host_probe_s and m.host_probe_s > 0
+        if mode == "hot":
+            assert m.stats.median < 0.7 * m.host_s, (m.stats.median, m.host_s)  # device time, not the host's
+        s = timer.measure(syncing, mode)
+        assert s.uncovered is not None and s.uncovered > 0.9, (mode, s.uncovered)
+    assert timer.measure(launches, "graph").uncovered is None

@@ -1,0 +1,70 @@
+"""What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe."""
+from __future__ import annotations
+
+import functools
+import time
+from pathlib import Path
+
+import torch
+
+from .clocks import nvml_for
+
+CPU_FLUSH_CAP = 64 << 20  # CPU runs exercise the harness; a 0.5 GB flush per sample (server LLCs) is not worth it
+
+
+def _flush_bytes_cpu() -> int:
+    try:
+        size = Path("/sys/devices/system/cpu/cpu0/cache/index3/size").read_text().strip()
+        mult = {"K": 1 << 10, "M": 1 << 20}.get(size[-1], 1)
+        return min(2 * int(size.rstrip("KM")) * mult, CPU_FLUSH_CAP)
+    except (OSError, ValueError):
+        return CPU_FLUSH_CAP
+
+
+@functools.cache
+def flush_buffer(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """(buffer, 0-d sink): the buffer is read into the sink to flush, so no allocation happens per sample."""
+    if device.type == "cuda":
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or (64 << 20)
+        nbytes = max(2 * l2, 64 << 20)
+    else:
+        nbytes = _flush_bytes_cpu()
+    buf = torch.ones(nbytes // 4, dtype=torch.float32, device=device)
+    return buf, torch.empty((), dtype=torch.float32, device=device)
+
+
+def flush_bytes(device: torch.device) -> int:
+    buf, _ = flush_buffer(device)
+    return buf.numel() * buf.element_size()
+
+
+@functools.cache
+def sm_hz(device: torch.device) -> float:
+    """Cycles per second of torch.cuda._sleep's spin: the SM's max clock (NVML), or 2 GHz when unknown."""
+    mhz = nvml_for(device).info().get("sm_mhz_max")
+    return float(mhz) * 1e6 if mhz else 2e9
+
+
+PROBE_OPS = 20
+
+
+def host_probe_s(device: torch.device) -> float:
+    """Host seconds to issue one tiny torch op (mean of PROBE_OPS, then a sync): a fixed host workload whose
+    time tracks the host CPU's speed, timed between batches so host-bound rows can be normalised by it."""
+    x = _probe_tensor(device)
+    t0 = time.perf_counter()
+    for _ in range(PROBE_OPS):
+        x.add_(1)
+    t = (time.perf_counter() - t0) / PROBE_OPS
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return t
+
+
+@functools.cache
+def _probe_tensor(device: torch.device) -> torch.Tensor:
+    return torch.zeros(1, device=device)
+
+
+def flush_method(device: torch.device) -> str:
+    return f"{'read' if device.type == 'cuda' else 'read-modify-write'} of {flush_bytes(device) >> 20} MiB"
