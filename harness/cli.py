@@ -134,6 +134,9 @@ def cmd_compare(a: argparse.Namespace) -> int:
     for run in (ra, rb):
         if note := run.incomplete():
             print(f"warning: {run.run_id} {note}: rows it lacks compare as UNKNOWN", file=sys.stderr)
+    if skipped := df.attrs.get("not_timed"):
+        print(f"{len(skipped)} rows timed in neither run, for the same reason, not compared "
+              f"(e.g. {skipped[0]})", file=sys.stderr)
     shown = df if a.all else df[df["verdict"] != "SAME"]
     print(f"A = {ra.run_id}\nB = {rb.run_id}")
     if len(shown):
@@ -181,8 +184,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
     sp.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
     sp.add_argument("--floor-us", type=float, default=None,
-                    help="absolute noise floor of cold/hot GPU rows in us (default 1.0: the measured run-to-run "
-                         "shift of kernel starts)")
+                    help="absolute noise floor of cold/hot GPU rows in us (default 2.0: the measured run-to-run "
+                         "shift of one call's device time)")
     sp.add_argument("--all", action="store_true", help="also list SAME rows")
     sp.add_argument("--family", action="append", help="compare only these families")
     sp.set_defaults(fn=cmd_compare)

@@ -3,9 +3,10 @@
 Per row: FASTER / SLOWER when a Mann-Whitney test says the sample distributions differ (p < alpha) AND
 the median moved by more than the effect threshold; SAME otherwise; UNKNOWN when a side is missing,
 did not run, or has too few samples. The threshold is noise-aware, the largest of: `min_effect`; the rows'
-own spread (half the relative IQRs added); and, in `cold`/`hot` mode, `floor_us` over the smaller median:
-a GPU-side kernel start after an L2 flush moves by up to ~1 us between two processes running the same code
-(measured, results/nvidia-h200/RUNS.md), a shift no within-run spread shows.
+own spread (half the relative IQRs added); and, for `cold`/`hot` GPU rows, `floor_us` over the smaller median:
+the device time of one call of microsecond kernels moves by up to ~1.3 us (one kernel) to ~2 us (ten tiny
+kernels) between two processes running the same code on the same GPU (measured A/A: results/nvidia-h200/
+RUNS.md), a per-process shift that no within-run spread shows. `graph` rows average K calls: no floor.
 Host-bound rows (the spin did not cover the call: it waits for the device, so its time is the host's) are
 judged on samples divided by the row's host probe, so a host CPU that runs slower in one run does not read
 as a regression while a slower call on the same host still does.
@@ -24,7 +25,7 @@ from .stats import mann_whitney_p, summarize
 VERDICTS = ("FASTER", "SLOWER", "SAME", "UNKNOWN")
 
 
-FLOOR_US = {"cold": 1.0, "hot": 1.0}  # A/A shift of single-call device times (RUNS.md); graph averages K calls
+FLOOR_US = {"cold": 2.0, "hot": 2.0}  # A/A shift of one call's device time (RUNS.md); graph averages K calls
 
 
 @dataclass(frozen=True)
@@ -56,11 +57,12 @@ def verdict(a: Sequence[float], b: Sequence[float], cfg: CompareConfig = Compare
 
 
 def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.DataFrame:
-    """One row per key present in either run, with medians, ratio, p-value and verdict."""
+    """One row per key present in either run, with medians, ratio, p-value and verdict; rows that neither run
+    timed, with the same status and reason, are left out and listed in `df.attrs["not_timed"]`."""
     ia = a.df.set_index(KEY)
     ib = b.df.set_index(KEY)
     keys = list(dict.fromkeys([*ia.index, *ib.index]))
-    out = []
+    out, not_timed = [], []
     for key in keys:
         row = dict(zip(KEY, key))
         ra = ia.loc[key] if key in ia.index else None
@@ -69,6 +71,9 @@ def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.Dat
         row["median_us_b"] = rb["median_us"] if rb is not None else math.nan
         if ra is None or rb is None:
             row |= {"verdict": "UNKNOWN", "note": f"missing in run {'A' if ra is None else 'B'}"}
+        elif ra["status"] != "ok" and (ra["status"], ra["reason"]) == (rb["status"], rb["reason"]):
+            not_timed.append(f"{key[0]}.{key[1]} {key[4]}: {ra['status']}: {ra['reason']}")
+            continue  # nothing was measured on either side, for the same reason: no verdict to give
         elif ra["status"] != "ok" or rb["status"] != "ok":
             row |= {"verdict": "UNKNOWN", "note": f"status A={ra['status']} B={rb['status']}"}
         else:
@@ -77,7 +82,9 @@ def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.Dat
                 row["note"] = (row.get("note") or "") + " throttled"
         out.append(row)
     cols = [*KEY, "median_us_a", "median_us_b", "ratio", "p", "threshold", "verdict", "note"]
-    return pd.DataFrame(out, columns=cols)
+    df = pd.DataFrame(out, columns=cols)
+    df.attrs["not_timed"] = not_timed  # rows neither run timed, for the same reason (e.g. not graph-capturable)
+    return df
 
 
 def _judge(mode: str, ra: pd.Series, rb: pd.Series, sa: list[float], sb: list[float], cfg: CompareConfig

@@ -15,9 +15,11 @@ of one call is measured separately (`host_s`), so a row does not move with the h
 Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
 spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
 the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
-`cover_grow` times; what is still uncovered after that is kept and its fraction recorded (`uncovered`):
-such a row times the host, not the kernel, and `dpk compare` judges it on host-speed-normalised samples,
-using `host_probe_s`, a fixed host workload timed between the row's batches.
+`cover_grow` times; a call late in two whole batches waits for the device, so it is sampled without a spin
+(after a synchronize, so its own wait finds the device idle instead of a long wait and a slow wake-up) and
+counts as uncovered. The fraction of uncovered kept samples is recorded (`uncovered`): such a row times the
+host, not the kernel, and `dpk compare` judges it on host-speed-normalised samples, using `host_probe_s`, a
+fixed host workload timed between the row's batches.
 
 Stopping: warm up for `warmup_s`, then sample in growing batches until the ~95% CI of the median is
 within `target_rel` of it (after `min_samples`), or `budget_s` runs out. CPU runs use the same loop and
@@ -164,8 +166,9 @@ class Timer:
     def _measure_cuda(self, fn: Callable[[], Any], mode: str, k: int) -> Measurement:
         self._warmup(fn)
         covered = mode in COVERED
-        cover = cover0 = self._cover_cycles(fn) if covered else 0
+        cover = self._cover_cycles(fn) if covered else 0
         grow = self.cfg.cover_grow if covered else 0
+        waits = False  # set when the call turns out to synchronise with the device
         nvml, trace = nvml_for(self.device), ClockTrace()
         nvml.sample(trace)
         samples: list[float] = []
@@ -181,7 +184,9 @@ class Timer:
             for e0, e1 in pairs:
                 if mode == "cold":
                     self._flush()
-                if covered:
+                if waits:
+                    self._sync()  # the call will wait for the device anyway: let it find the flush done
+                elif covered:
                     torch.cuda._sleep(cover)
                 e0.record()
                 h0 = time.perf_counter()
@@ -189,12 +194,12 @@ class Timer:
                 b_host.append((time.perf_counter() - h0) / k)
                 e1.record()
                 if covered:
-                    b_late.append(e0.query())
+                    b_late.append(waits or e0.query())
             pairs[-1][1].synchronize()
             probe.append(host_probe_s(self.device))
             if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
                 if all(b_late) and grow < self.cfg.cover_grow:
-                    cover, grow = cover0, 0  # all late twice: the call waits for the device, no spin helps
+                    waits, grow = True, 0  # all late twice: the call waits for the device, no spin helps
                 else:
                     cover, grow = min(2 * cover, self._cycles(self.cfg.cover_max_s)), grow - 1
                 continue

@@ -551,3 +551,21 @@ def test_cuda_philox_noise(loop):
         added = (y - CUDA_STEP.step_cuda(eps, x, torch.zeros_like(x), step, sched)).double()
         assert abs(float(added.mean())) < 5 * sigma / math.sqrt(n)
         assert float(added.var()) == pytest.approx(sigma**2, rel=5 * math.sqrt(2 / n))
+
+
+@gpu
+def test_diffusers_reads_a_device_step_once_per_tensor_and_value():
+    """The host value of the device step index is memoised per tensor and version: an in-place write or a new
+    tensor reads again; a repeated call does not touch the device (no sync: a pending spin stays pending)."""
+    host_step = importlib.import_module("dpk.families.denoise.diffusers_step").host_step
+    dev = torch.device("cuda")
+    step = torch.tensor(5, device=dev)
+    assert host_step(step) == 5
+    torch.cuda._sleep(int(2e7))  # ~10 ms of device work: a read of the device would wait for it
+    done = torch.cuda.Event()
+    done.record()
+    assert host_step(step) == 5 and not done.query()
+    torch.cuda.synchronize()
+    step.fill_(7)
+    assert host_step(step) == 7
+    assert host_step(torch.tensor(9, device=dev)) == 9

@@ -1,14 +1,19 @@
 """diffusers baseline: the real DDPMScheduler.step / DDIMScheduler.step, fed the same noise as every variant.
 
-One scheduler per Schedule is built and `set_timesteps(N)` once (CPU timesteps, as Diffusion
-Policy's loop uses them). Each call reads the step index to the host (the library needs a host timestep:
-one device->host sync on a GPU, the cost a caller pays to index diffusers' CPU `timesteps` from a device
-counter), passes `timesteps[i]` (a CPU int64 0-d tensor, as `for t in scheduler.timesteps` yields) and a fresh
-generator seeded from the NoiseSpec, so diffusers' randn_tensor draws exactly the z of make_inputs (same
-generator device, same shape and dtype). Not graph-capturable: CPU scalars, host branches, a host->device
-copy of the noise.
+One scheduler per Schedule is built and `set_timesteps(N)` once (CPU timesteps, as Diffusion Policy's loop
+uses them). The step index comes in as a device tensor (shared input of all variants: the fused kernels read
+it on the device, so a CUDA graph can replay every step); diffusers needs `timesteps[i]` on the host, a CPU
+int64 0-d tensor as `for t in scheduler.timesteps` yields. Diffusion Policy's loop holds that t on the host and
+never reads it back, so neither does this variant per call: the host value is read once per step tensor
+(memoised on the tensor object and its version counter, which any in-place write bumps). A fresh generator
+seeded from the NoiseSpec makes diffusers' randn_tensor draw exactly the z of make_inputs (same generator
+device, shape and dtype). With a device generator (the Push-T cases; Diffusion Policy passes generator=None,
+which draws on the device too) the step never waits for the device; a CPU generator draws on the host and
+copies from pageable memory, which waits for the stream. Not graph-capturable: CPU scalars, host branches.
 """
 from __future__ import annotations
+
+import weakref
 
 import torch
 
@@ -43,6 +48,21 @@ def scheduler_for(s: Schedule) -> object:
     return sch
 
 
+_host_steps: dict[int, tuple[weakref.ref, int, int]] = {}  # id -> (the tensor, its version, its value)
+
+
+def host_step(step: torch.Tensor) -> int:
+    """int(step), read from the device once per step tensor and value (a CPU tensor is read every time)."""
+    if step.device.type == "cpu":
+        return int(step)
+    hit = _host_steps.get(id(step))
+    if hit is not None and hit[0]() is step and hit[1] == step._version:
+        return hit[2]
+    value, key = int(step), id(step)
+    _host_steps[key] = (weakref.ref(step, lambda _: _host_steps.pop(key, None)), step._version, value)
+    return value
+
+
 @dpk.variant("denoise", "diffusers", needs=("diffusers",), baseline=True, graph=False)
 def diffusers_step(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: torch.Tensor, schedule: Schedule,
                    noise: NoiseSpec | None = None) -> torch.Tensor:
@@ -51,7 +71,7 @@ def diffusers_step(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: to
     if not isinstance(noise, NoiseSpec):
         raise TypeError("denoise.diffusers: needs the NoiseSpec of z (diffusers draws its own noise from a seed)")
     sch = scheduler_for(schedule)
-    i = schedule.check_step(int(step))
+    i = schedule.check_step(host_step(step))
     t = sch.timesteps[i]
     gen = generator(noise, x.device)
     if schedule.scheduler == "ddpm":
