@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
     sp.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
     sp.add_argument("--floor-us", type=float, default=None,
-                    help="absolute noise floor of cold/hot GPU rows in us (default 2.0: the measured run-to-run "
+                    help="absolute noise floor of cold/hot GPU rows in us (default 2.5: the measured run-to-run "
                          "shift of one call's device time)")
     sp.add_argument("--all", action="store_true", help="also list SAME rows")
     sp.add_argument("--family", action="append", help="compare only these families")

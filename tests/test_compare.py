@@ -116,18 +116,18 @@ def test_uncovered_rows_are_judged_per_host_op(tmp_path):
 
 
 def test_gpu_floor_absorbs_sub_microsecond_start_shifts(tmp_path, capsys):
-    """cold/hot GPU rows: a 0.6 us shift of a 5 us kernel (12%) is below the 2 us floor; 2.5 us is not; graph
+    """cold/hot GPU rows: a 0.6 us shift of a 5 us kernel (12%) is below the 2.5 us floor; 3.5 us is not; graph
     rows and CPU rows have no floor; --floor-us overrides it."""
     a = [(gpu_row("k", 5.0), samples(5.0e-6, seed=1)), (gpu_row("k2", 5.0), samples(5.0e-6, seed=2)),
          (gpu_row("g", 5.0, mode="graph"), samples(5.0e-6, seed=3)), (row("cpu", 5.0, mode="cold"), samples(5e-6))]
-    b = [(gpu_row("k", 5.6), samples(5.6e-6, seed=4)), (gpu_row("k2", 7.5), samples(7.5e-6, seed=5)),
+    b = [(gpu_row("k", 5.6), samples(5.6e-6, seed=4)), (gpu_row("k2", 8.5), samples(8.5e-6, seed=5)),
          (gpu_row("g", 5.6, mode="graph"), samples(5.6e-6, seed=6)), (row("cpu", 5.6, mode="cold"), samples(5.6e-6))]
     ra, rb = _pair(tmp_path, a, b)
     v = compare.compare_runs(ra, rb).set_index("variant")["verdict"].to_dict()
     assert v == {"k": "SAME", "k2": "SLOWER", "g": "SLOWER", "cpu": "SLOWER"}
     v0 = compare.compare_runs(ra, rb, compare.CompareConfig(floor_us=0.0)).set_index("variant")["verdict"]
     assert v0["k"] == "SLOWER"
-    for floor, k_shown in (("0", True), ("3", False)):
+    for floor, k_shown in (("0", True), ("4", False)):
         capsys.readouterr()
         assert cli.main(["compare", ra.run_id, rb.run_id, "--results-dir", str(tmp_path), "--floor-us", floor]) == 1
         assert any(line.split()[1:2] == ["k"] for line in capsys.readouterr().out.splitlines()) == k_shown
