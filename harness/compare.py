@@ -4,8 +4,8 @@ Per row: FASTER / SLOWER when a Mann-Whitney test says the sample distributions 
 the median moved by more than the effect threshold; SAME otherwise; UNKNOWN when a side is missing,
 did not run, or has too few samples. The threshold is noise-aware, the largest of: `min_effect`; the rows'
 own spread (half the relative IQRs added); and, for `cold`/`hot` GPU rows, `floor_us` over the smaller median:
-the device time of one call of microsecond kernels moves by up to ~1.4 us (one kernel) to ~2.1 us (ten tiny
-kernels) between two processes running the same code on the same GPU (three A/A pairs, results/nvidia-h200/
+the device time of one call of microsecond kernels moves by up to ~1.8 us (one to four kernels) to ~2.2 us (ten tiny
+kernels) between two processes running the same code on the same GPU (A/A pairs in results/nvidia-h200/
 RUNS.md), a per-process shift that no within-run spread shows. `graph` rows average K calls: no floor.
 Host-bound rows (the spin did not cover the call: it waits for the device, so its time is the host's) are
 judged on samples divided by the row's host probe, so a host CPU that runs slower in one run does not read
@@ -132,6 +132,8 @@ def different_environments(a: Run, b: Run) -> list[str]:
     fields = ("machine", "gpu", "torch", "cuda", "triton", "tf32_matmul", "tf32_cudnn", "l2_flush", "cold_launch")
     out = [f"{f}: {a.fingerprint.get(f)} vs {b.fingerprint.get(f)}" for f in fields
            if a.fingerprint.get(f) != b.fingerprint.get(f)]
+    if a.hot_mode() != b.hot_mode():
+        out.append(f"hot mode: {a.hot_mode()} vs {b.hot_mode()}")
     if a.meta.get("argv") and b.meta.get("argv") and a.meta["argv"] != b.meta["argv"]:
         out.append(f"commands: dpk {' '.join(a.meta['argv'])} vs dpk {' '.join(b.meta['argv'])}")
     ha, hb = a.fingerprint.get("host_op_us"), b.fingerprint.get("host_op_us")

@@ -17,6 +17,7 @@ import torch
 
 from .clocks import nvml_for
 from .paths import project_root
+from .results import HOT_DEVICE
 from .timing_aids import flush_bytes, flush_method, host_probe_s
 
 COPY_BYTES = 512 << 20  # per buffer: far beyond any L2, so the copy streams from DRAM
@@ -110,7 +111,9 @@ def fingerprint(device: torch.device, measure_bandwidth: bool = True) -> dict[st
         "float32_matmul_precision": torch.get_float32_matmul_precision(),
         "flush_bytes": flush_bytes(device),
         "l2_flush": flush_method(device),
-        "cold_launch": "stream held by a spin of 1.5x the call's host cost + 10 us: host launch cost excluded",
+        "cold_launch": "stream held by a spin of 2x the call's host cost + 10 us, doubled while it falls short "
+                       "(cover check): host launch cost excluded",
+        "hot_mode": HOT_DEVICE if device.type == "cuda" else "back-to-back calls, one per sample (perf_counter)",
         **git_state(),
     }
     if device.type == "cuda":

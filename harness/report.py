@@ -36,7 +36,7 @@ def plot_speedup(df: pd.DataFrame, family: str, path: Path) -> Path | None:
     d = d[~d.baseline.astype(bool)]
     if d.empty or d.speedup.isna().all():
         return None
-    modes = [m for m in MODES_ORDER if m in set(d["mode"])]
+    modes = [m for m in MODES_ORDER if d[d["mode"] == m].speedup.notna().any()]  # no baseline row: no panel
     cases = list(dict.fromkeys(d.case))
     variants = list(dict.fromkeys(d.variant))
     colors = _variant_colors(variants)
@@ -56,7 +56,9 @@ def plot_speedup(df: pd.DataFrame, family: str, path: Path) -> Path | None:
     axes[-1, 0].set_xticks(range(len(cases)), cases, rotation=60, ha="right", fontsize=8)
     axes[0, 0].legend(ncol=min(len(variants), 5), fontsize=8, loc="best")
     base = df[(df.family == family) & df.baseline.astype(bool)].variant.unique()
-    fig.suptitle(f"{family}: speedup over baseline {base[0] if len(base) else '?'} (>1 is faster)")
+    missing = [m for m in MODES_ORDER if m in set(d["mode"]) and m not in modes]
+    note = f"; no {', '.join(missing)} panel: the baseline has no timed row there" if missing else ""
+    fig.suptitle(f"{family}: speedup over baseline {base[0] if len(base) else '?'} (>1 is faster){note}")
     return _save(fig, path)
 
 
@@ -169,9 +171,8 @@ def write_report(run: Run, history: list[Run], out_dir: Path) -> Path:
              "", f"Times are medians in microseconds ({'CUDA events' if fp.get('gpu') else 'perf_counter'}). "
              f"`cold`: L2 flushed before every sample ({fp.get('l2_flush', 'write flush')}); launch hiding: "
              f"{fp.get('cold_launch', OLD_COLD)}. "
-             "`hot`: back-to-back calls with a warm L2, the per-call time of an eager loop (host cost when it "
-             "dominates). `graph`: CUDA-graph replay / calls (launch overhead removed). Speedup is against the "
-             "family's baseline variant.", ""]
+             f"`hot`: {run.hot_mode()}. `graph`: CUDA-graph replay / calls (launch overhead "
+             "removed). Speedup is against the family's baseline variant.", ""]
     made = [plot_parity(df, plots / "parity.png"),
             plot_bandwidth(df, plots / "bandwidth.png", fp.get("copy_gbps") or float("nan")),
             plot_history(history, plots / "history.png")]

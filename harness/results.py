@@ -33,6 +33,10 @@ FINGERPRINT_COLUMNS = ["timestamp", "machine", "gpu", "device", "git_sha", "git_
                        "copy_gbps", "tf32_matmul", "tf32_cudnn"]  # the rest of the fingerprint is in the JSON
 
 
+HOT_DEVICE = "M back-to-back calls queued behind the same spin: device time per call, warm L2"
+HOT_EAGER = "back-to-back calls with a warm L2, the per-call time of an eager loop (host cost when it dominates)"
+
+
 def _atomic_write(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -111,6 +115,13 @@ class Run:
         rows = doc["rows"]
         self.samples = {tuple(r[k] for k in KEY): r.get("samples_s", []) for r in rows}
         self.df = pd.DataFrame([{k: v for k, v in r.items() if k != "samples_s"} for r in rows], columns=COLUMNS)
+
+    def hot_mode(self) -> str:
+        """What this run's `hot` rows time: the fingerprint says so since it was recorded; before that, runs
+        with the cover check (an `uncovered` value) queued hot calls behind a spin, older ones did not."""
+        if text := self.fingerprint.get("hot_mode"):
+            return text
+        return HOT_DEVICE if self.df["uncovered"].notna().any() else HOT_EAGER
 
     def incomplete(self) -> str | None:
         """Why this run is partial (stopped before its last planned row), or None: complete, or stored before

@@ -74,3 +74,17 @@ def test_rows_that_did_not_run_have_no_speedup(tmp_path):
     w.add({**row("gone", math.nan), "status": "unavailable", "reason": "needs a CUDA GPU"}, [])
     df = results.Run(w.json_path).df
     assert math.isnan(df[df.variant == "gone"].iloc[0]["speedup"])
+
+
+def test_hot_mode_of_runs_with_and_without_the_cover_check(tmp_path):
+    """Runs made before the fingerprint said what `hot` times are read from their rows: an `uncovered` value
+    means hot calls were queued behind a spin (device time); none means the old eager-loop timing."""
+    old = results.RunWriter(tmp_path, fingerprint(ts="2026-11-21T10:00:00+00:00"), {})
+    old.add(row("a", 10.0), [1e-5] * 3)
+    new = results.RunWriter(tmp_path, fingerprint(ts="2026-11-21T11:00:00+00:00"), {})
+    new.add({**row("a", 10.0), "uncovered": 0.0}, [1e-5] * 3)
+    assert results.Run(old.json_path).hot_mode() == results.HOT_EAGER
+    assert results.Run(new.json_path).hot_mode() == results.HOT_DEVICE
+    stated = results.RunWriter(tmp_path, fingerprint(ts="2026-11-21T12:00:00+00:00") | {"hot_mode": "x"}, {})
+    stated.add(row("a", 10.0), [1e-5] * 3)
+    assert results.Run(stated.json_path).hot_mode() == "x"
