@@ -38,7 +38,7 @@ import torch
 from .clocks import ClockTrace, nvml_for
 from .registry import Unavailable
 from .stats import Stats, summarize
-from .timing_aids import flush_buffer, flush_bytes, flush_method, host_probe_s, sm_hz  # noqa: F401 (re-exported)
+from .timing_aids import flush_buffer, host_probe_s, sm_hz
 
 MODES = ("cold", "hot", "graph")
 COVERED = ("cold", "hot")  # modes whose calls are queued behind a spin
@@ -74,7 +74,7 @@ class Measurement:
     clocks: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
     uncovered: float | None = None  # cold/hot on a GPU: fraction of kept samples the spin did not cover
-    host_probe_s: float | None = None  # GPU: median of the host probe timed between this row's batches
+    host_probe_s: float | None = None  # cold/hot on a GPU: median of the host probe timed between batches
 
 
 class Timer:
@@ -196,7 +196,8 @@ class Timer:
                 if covered:
                     b_late.append(waits or e0.query())
             pairs[-1][1].synchronize()
-            probe.append(host_probe_s(self.device))
+            if covered:  # only cold/hot rows can be host-bound and judged per host op
+                probe.append(host_probe_s(self.device))
             if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
                 if all(b_late) and grow < self.cfg.cover_grow:
                     waits, grow = True, 0  # all late twice: the call waits for the device, no spin helps
@@ -215,7 +216,7 @@ class Timer:
                            host_s=None if mode == "graph" else summarize(host).median, calls_per_sample=k,
                            stopped=stopped, clocks=trace.summary(), throttled=trace.throttled,
                            uncovered=sum(late) / len(late) if covered else None,
-                           host_probe_s=summarize(probe).median)
+                           host_probe_s=summarize(probe).median if probe else None)
 
     def _graph(self, fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
         side = torch.cuda.Stream(self.device)

@@ -105,4 +105,5 @@ def test_gpu_modes_time_the_device_and_name_host_bound_calls():
             assert m.stats.median < 0.7 * m.host_s, (m.stats.median, m.host_s)  # device time, not the host's
         s = timer.measure(syncing, mode)
         assert s.uncovered is not None and s.uncovered > 0.9, (mode, s.uncovered)
-    assert timer.measure(launches, "graph").uncovered is None
+    g = timer.measure(launches, "graph")
+    assert g.uncovered is None and g.host_probe_s is None
