@@ -39,8 +39,11 @@ ck = importlib.import_module("dpk.families.conv1d.cuda_kernels")
 PUSHT = {c.name: c for c in load_suite_file(ROOT / "suites" / "conv1d.yaml").suites["pusht"]}
 STREAM_SHAPES = ["c1024_c1024_l4_k5", "c2048_c512_l4_k5"]
 TILED_SHAPES = [f"b{b}_{s}" for b in (8, 64) for s in ("c1024_c1024_l4_k5", "c2048_c512_l4_k5", "c512_c1024_l4_k5")]
+# batch-1 fp32 Push-T convs stream_rows.cu fits (B*L <= 16, K = 5: rows of whole 16-byte vectors)
+ROWS_SHAPES = ["c512_c1024_l4_k5", "c512_c512_l8_k5", "c1024_c256_l8_k5", "c256_c512_l8_k5", "c256_c256_l16_k5",
+               "c512_c512_l4_k5"]
 COMBOS = ((4, 2), (4, 1), (2, 2), (2, 4), (4, 4), (8, 1), (8, 2))  # stream.cu kCombos (RPW, V)
-N_STREAM_KNOBS = 7  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
+N_STREAM_KNOBS = 9  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
 
 
 def shape_of(name: str) -> tuple[int, int, int, int, int]:
@@ -49,6 +52,8 @@ def shape_of(name: str) -> tuple[int, int, int, int, int]:
 
 
 def stream_name(k: ck.StreamKnobs) -> str:
+    if k.rows == 1:
+        return f"stream rows chunks{k.row_chunks} pol{k.cache_policy}"
     return (f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
             f" bulk{k.bulk}")
 
@@ -113,7 +118,8 @@ class Bench:
     def stream(self, k: ck.StreamKnobs, shapes: list[str]) -> float:
         total = 0.0
         for s, p in zip(shapes, self.stream_plans(k, shapes), strict=True):
-            plan = f"{p[5]}x{p[6]} CTAs, {p[8]} chunks/CTA, st{p[9]}, {p[10] // 1024} KB{', bulk' if p[13] else ''}"
+            plan = (f"rows: {p[6]} CTAs, {p[7]} chunks, {p[10] // 1024} KB" if p[14] else
+                    f"{p[5]}x{p[6]} CTAs, {p[8]} chunks/CTA, st{p[9]}, {p[10] // 1024} KB{', bulk' if p[13] else ''}")
             total += self.run(stream_name(k), s, lambda x, w, b: ck.run_stream(x, w, b, k), plan=plan)
         return total
 
@@ -194,6 +200,26 @@ def sweep_stream(bench: Bench, quick: bool) -> None:
     print(f"# best stream config over {STREAM_SHAPES}: {stream_name(best)}  (sum {scores[best]:.2f} us)", flush=True)
 
 
+def sweep_rows(bench: Bench, quick: bool) -> None:
+    """stream_rows.cu (whole rows per CTA) against the split kernel on every batch-1 Push-T conv it fits: chunks
+    per row x L2 policy, then the best per shape and over the two 21 MB shapes."""
+    base = replace(defaults()[0], rows=0)
+    shapes = STREAM_SHAPES + [s for s in ROWS_SHAPES if s not in STREAM_SHAPES]
+    scores: dict[ck.StreamKnobs, float] = {base: bench.stream(base, shapes)}
+    for chunks in ((1, 2, 3) if quick else (1, 2, 3, 4)):
+        for pol in (0, 1):
+            k = replace(base, rows=1, row_chunks=chunks, cache_policy=pol)
+            scores[k] = bench.stream(k, shapes)
+    for shape in shapes:
+        rows = [r for r in bench.rows if r["shape"] == shape and r["config"].startswith("stream")]
+        best = min(rows, key=lambda r: r["us"])
+        print(f"# best stream path for {shape}: {best['config']}  ({best['us']:.2f} us)", flush=True)
+    big = {k: sum(r["us"] for r in bench.rows if r["config"] == stream_name(k) and r["shape"] in STREAM_SHAPES)
+           for k in scores}
+    best = min(big, key=big.get)
+    print(f"# best over {STREAM_SHAPES}: {stream_name(best)}  (sum {big[best]:.2f} us)", flush=True)
+
+
 def sweep_tiled(bench: Bench, quick: bool) -> None:
     base = defaults()[1]
 
@@ -219,7 +245,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--budget", type=float, default=0.3, help="timing budget per measurement, s")
     ap.add_argument("--quick", action="store_true", help="fewer configurations (about half)")
-    ap.add_argument("--only", choices=("stream", "tiled"), help="one sweep only")
+    ap.add_argument("--only", choices=("stream", "tiled", "rows"), help="one sweep only")
     ap.add_argument("--csv", help="also write every row here")
     args = ap.parse_args()
     t0 = time.time()
@@ -227,6 +253,13 @@ def main() -> None:
     print(f"# extension ready in {time.time() - t0:.0f} s", flush=True)
     bench = Bench(args.budget, args.csv)
     cudnn = REG.variant("conv1d", "cudnn")
+    if args.only == "rows":
+        try:
+            sweep_rows(bench, args.quick)
+        finally:
+            bench.save()
+        print(f"# done in {time.time() - t0:.0f} s", flush=True)
+        return
     for shape in STREAM_SHAPES + TILED_SHAPES:  # reference rows: the variants as registered, and the baseline
         for name in ("stream", "optimized"):
             bench.run(f"variant {name} (defaults)", shape, REG.variant("conv1d", name).fn)

@@ -24,7 +24,7 @@
 namespace {
 
 using Knobs = std::optional<std::vector<int64_t>>;
-constexpr size_t kTiledKnobs = 4, kStreamKnobs = 7;  // lengths of the knob lists (see *_config below)
+constexpr size_t kTiledKnobs = 4, kStreamKnobs = 9;  // lengths of the knob lists (see *_config below)
 
 Conv1dShape check_inputs(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const char* who,
                          std::initializer_list<at::ScalarType> dtypes) {
@@ -70,7 +70,7 @@ Conv1dTiledConfig tiled_config(const Knobs& k, size_t at) {
     return c;
 }
 
-// [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk]
+// [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk, rows, row_chunks]
 Conv1dStreamConfig stream_config(const Knobs& k) {
     Conv1dStreamConfig c;
     c.rows_per_warp = knob(k, 0, c.rows_per_warp);
@@ -80,6 +80,8 @@ Conv1dStreamConfig stream_config(const Knobs& k) {
     c.cache_policy = knob(k, 4, c.cache_policy);
     c.tiled_min_bl = knob(k, 5, c.tiled_min_bl);
     c.bulk = knob(k, 6, c.bulk);
+    c.rows = knob(k, 7, c.rows);
+    c.row_chunks = knob(k, 8, c.row_chunks);
     return c;
 }
 
@@ -168,13 +170,14 @@ at::Tensor optimized(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
     return y;
 }
 
-// knobs: [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk,
+// knobs: [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk, rows, row_chunks,
 //         tile, tiled_stages, tiled_ctas_per_sm, tiled_cache_policy]
 at::Tensor stream(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Knobs& knobs) {
     const Conv1dShape s = check_inputs(x, w, b, "conv1d.stream", {at::kFloat, at::kBFloat16, at::kHalf});
     check_length(knobs, kStreamKnobs + kTiledKnobs, "conv1d.stream");
     const c10::cuda::CUDAGuard device_guard(x.device());
-    const Conv1dStreamConfig cfg = stream_config(knobs);
+    Conv1dStreamConfig cfg = stream_config(knobs);
+    if (reinterpret_cast<uintptr_t>(w.data_ptr()) % 16 != 0) cfg.rows = 0;  // bulk copies need an aligned w
     if (x.scalar_type() == at::kFloat && bl(s) > cfg.tiled_min_bl)
         return run_tiled(x, w, b, s, tiled_config(knobs, kStreamKnobs), "conv1d.stream");
     const Conv1dDtype dt = x.scalar_type() == at::kFloat ? kConv1dF32
@@ -182,7 +185,8 @@ at::Tensor stream(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
     const int sms = sm_count(x.device());
     const Conv1dStreamPlan plan = conv1d_stream_plan(s, static_cast<int>(x.element_size()), cfg, sms);
     TORCH_CHECK_VALUE(plan.ok, "conv1d.stream: config out of range (stages ", cfg.stages, ", ctas_per_sm ",
-                      cfg.ctas_per_sm, ", cache_policy ", cfg.cache_policy, ", bulk ", cfg.bulk, ")");
+                      cfg.ctas_per_sm, ", cache_policy ", cfg.cache_policy, ", bulk ", cfg.bulk, ", rows ", cfg.rows,
+                      ", row_chunks ", cfg.row_chunks, ")");
     at::Tensor y = at::empty({s.B, s.Cout, s.L}, x.options());
     const SplitBuffers buf = split_buffers(x, plan.workspace_floats, plan.counters);
     check_launch(conv1d_stream(dt, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), buf.ws(), buf.ctr(), s,
@@ -200,7 +204,7 @@ std::vector<int64_t> stream_plan(int64_t B, int64_t Cin, int64_t Cout, int64_t L
         static_cast<int>(elem_bytes), stream_config(knobs), static_cast<int>(num_sms));
     return {p.ok, p.rows_per_warp, p.vecs_per_row, p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks,
             p.chunks_per_cta, p.stages, static_cast<int64_t>(p.smem_bytes), static_cast<int64_t>(p.workspace_floats),
-            p.counters, p.bulk};
+            p.counters, p.bulk, p.rows};
 }
 
 std::vector<int64_t> tiled_plan(int64_t B, int64_t Cin, int64_t Cout, int64_t L, int64_t K, const Knobs& knobs,
@@ -231,7 +235,8 @@ std::vector<int64_t> default_knobs(const std::string& which) {
     const std::vector<int64_t> tiled{t.tile, t.stages, t.ctas_per_sm, t.cache_policy};
     std::vector<int64_t> out;
     if (which == "stream") {
-        out = {s.rows_per_warp, s.vecs_per_row, s.stages, s.ctas_per_sm, s.cache_policy, s.tiled_min_bl, s.bulk};
+        out = {s.rows_per_warp, s.vecs_per_row, s.stages, s.ctas_per_sm, s.cache_policy, s.tiled_min_bl, s.bulk,
+               s.rows, s.row_chunks};
     } else {
         TORCH_CHECK_VALUE(which == "optimized", "default_knobs: 'stream' or 'optimized', got ", which);
         out = {kConv1dOptimizedTiledMinBL};

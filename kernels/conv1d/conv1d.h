@@ -1,4 +1,5 @@
-// conv1d.h: host launchers of the conv1d CUDA kernels (naive.cu, optimized.cu, stream.cu, tiled.cu).
+// conv1d.h: host launchers of the conv1d CUDA kernels (naive.cu, optimized.cu, stream.cu, stream_rows.cu,
+// tiled.cu).
 //
 // y[b, co, l] = bias[co] + sum_{ci, k} w[co, ci, k] * x[b, ci, l + k - K/2]   (zero outside [0, L))
 // x: B x Cin x L, w: Cout x Cin x K (K odd), bias: Cout, y: B x Cout x L, all contiguous, one dtype.
@@ -73,6 +74,9 @@ struct Conv1dStreamConfig {
     int tiled_min_bl = 16;  // fp32 with B*L above this runs tiled.cu instead (bf16/fp16 always stream here)
     int bulk = 0;           // 1: the weight ring is filled by TMA bulk copies counted on mbarriers (rows with
                             // Cin*K*sizeof(T) % 16 == 0 and a 16-byte aligned w; else the cp.async ring runs)
+    int rows = 1;           // 1: stream_rows.cu (whole rows per CTA, all bulk copies up front) where its plan
+                            // fits (conv1d_rows_plan); 0 or a shape it does not fit: the kernel above
+    int row_chunks = 2;     // stream_rows.cu: column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -88,7 +92,24 @@ struct Conv1dStreamPlan {
     size_t workspace_floats;  // splits * Cout * B*L partial sums (0 when splits == 1)
     int counters;             // arrival counters (row_groups * passes; 0 when splits == 1)
     int bulk;                 // 1: TMA bulk ring (cfg.bulk and 16-byte rows; the launch also needs an aligned w)
+    int rows;                 // 1: stream_rows.cu runs (then splits = passes = 1, row_groups = its CTAs, chunks =
+                              // chunks_per_cta = stages = its chunks, no workspace); the launch needs an aligned w
 };
+
+// stream_rows.cu: whole rows per CTA for B*L <= 16 (see its header). Pure host logic.
+constexpr int kConv1dRowsMaxChunks = 32;
+struct Conv1dRowsPlan {
+    bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem)
+    int outputs;        // NO: B*L padded to 4, 8 or 16
+    int rows_per_cta;   // RC: 1, 2, 4 or 8 (RC * NO <= 32), the least power of two >= Cout / SMs
+    int ctas;           // ceil(Cout / RC)
+    int chunks;         // column chunks per row: one bulk copy per row each, all on one mbarrier per chunk
+    int chunk_cols;     // columns per chunk, whole 16-byte vectors
+    size_t smem_bytes;  // mbarriers + warp totals + RC rows of w + x as fp32
+};
+Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int num_sms);
+cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
+                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream);
 
 Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dStreamConfig& cfg, int num_sms);
 

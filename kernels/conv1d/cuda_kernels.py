@@ -21,7 +21,8 @@ import dpk
 from ._validate import check_conv1d_inputs
 
 HERE = Path(__file__).resolve().parent
-SOURCES = tuple(HERE / name for name in ("binding.cpp", "naive.cu", "optimized.cu", "stream.cu", "tiled.cu"))
+SOURCES = tuple(HERE / name for name in ("binding.cpp", "naive.cu", "optimized.cu", "stream.cu", "stream_rows.cu",
+                                          "tiled.cu"))
 OPTIMIZED_KS = (1, 3, 5, 7)   # template instantiations of optimized.cu
 OPTIMIZED_MAX_CIN = 2048      # its (CPT, LT) rule fits shared memory and registers up to here
 OPTIMIZED_TILED_MIN_BL = 16   # conv1d.h kConv1dOptimizedTiledMinBL: larger B*L runs tiled.cu (any Cin, odd K)
@@ -51,7 +52,9 @@ class StreamKnobs:
     """Conv1dStreamConfig: rows per warp (2, 4, 8), 16-byte loads per lane and row (1, 2, 4), cp.async ring
     stages (2..8), CTAs per SM the grid targets (0: one chunk per CTA, the first version's grid), L2 policy
     (as TiledKnobs), the B*L above which fp32 runs the tiled kernel with `tiled`, and `bulk` (1: the weight ring
-    is filled by TMA bulk copies counted on mbarriers; rows of whole 16-byte vectors only, else ignored)."""
+    is filled by TMA bulk copies counted on mbarriers; rows of whole 16-byte vectors only, else ignored), and `rows`
+    (1: stream_rows.cu, whole rows per CTA, all bulk copies issued up front, where its plan fits: B*L <= 16, rows of
+    whole 16-byte vectors) and `row_chunks` (its column chunks per row, one mbarrier each)."""
 
     rows_per_warp: int = -1
     vecs_per_row: int = -1
@@ -60,11 +63,13 @@ class StreamKnobs:
     cache_policy: int = -1
     tiled_min_bl: int = -1
     bulk: int = -1
+    rows: int = -1
+    row_chunks: int = -1
     tiled: TiledKnobs = field(default_factory=TiledKnobs)
 
     def as_list(self) -> list[int]:
         return [self.rows_per_warp, self.vecs_per_row, self.stages, self.ctas_per_sm, self.cache_policy,
-                self.tiled_min_bl, self.bulk, *self.tiled.as_list()]
+                self.tiled_min_bl, self.bulk, self.rows, self.row_chunks, *self.tiled.as_list()]
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@
 // copy is in flight at exit. Shared memory: + 8 bytes x 8 warps per stage.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "async_copy.cuh"
 #include "conv1d.h"
@@ -340,6 +341,11 @@ cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, f
                          Conv1dShape s, const Conv1dStreamConfig& cfg, int num_sms, cudaStream_t stream) {
     const Conv1dStreamPlan p = conv1d_stream_plan(s, sizeof(T), cfg, num_sms);
     if (!p.ok || (p.splits > 1 && (ws == nullptr || counters == nullptr))) return cudaErrorInvalidValue;
+    if (p.rows) {
+        const Conv1dDtype dt = sizeof(T) == 4 ? kConv1dF32 : (std::is_same_v<T, __half> ? kConv1dF16 : kConv1dBF16);
+        const Conv1dRowsPlan r = conv1d_rows_plan(s, sizeof(T), cfg.row_chunks, num_sms);
+        return conv1d_stream_rows(dt, x, w, b, y, s, r, cfg.cache_policy, stream);
+    }
     const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     switch (p.outputs_per_pass) {
@@ -357,8 +363,18 @@ Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dS
     Conv1dStreamPlan p{};
     if ((elem_bytes != 2 && elem_bytes != 4) || cfg.stages < 2 || cfg.stages > 8 || cfg.ctas_per_sm < 0 ||
         cfg.ctas_per_sm > 8 || cfg.cache_policy < 0 || cfg.cache_policy > 3 || cfg.bulk < 0 || cfg.bulk > 1 ||
+        cfg.rows < 0 || cfg.rows > 1 || cfg.row_chunks < 1 || cfg.row_chunks > kConv1dRowsMaxChunks ||
         num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
+    if (cfg.rows == 1) {  // stream_rows.cu where it fits
+        const Conv1dRowsPlan r = conv1d_rows_plan(s, elem_bytes, cfg.row_chunks, num_sms);
+        if (r.ok) {
+            p.ok = true, p.rows = 1, p.rows_per_warp = cfg.rows_per_warp, p.vecs_per_row = cfg.vecs_per_row;
+            p.outputs_per_pass = r.outputs, p.passes = 1, p.splits = 1, p.row_groups = r.ctas;
+            p.chunks = p.chunks_per_cta = p.stages = r.chunks, p.smem_bytes = r.smem_bytes, p.bulk = 1;
+            return p;
+        }
+    }
     const long long bl = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
     p.outputs_per_pass = outputs_per_pass(bl);
     p.passes = static_cast<int>(ceil_div(bl, p.outputs_per_pass));
