@@ -5,6 +5,7 @@ compiled host planners."""
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import subprocess
 import sys
@@ -26,6 +27,7 @@ REG = load([ROOT / "kernels"], strict=True)
 FAM = REG.family("conv1d")
 models = importlib.import_module("dpk.families.conv1d._models")
 tmodels = importlib.import_module("dpk.families.conv1d._models_tiled")
+rmodels = importlib.import_module("dpk.families.conv1d._models_rows")
 omodels = importlib.import_module("dpk.families.conv1d._models_optimized")
 validate = importlib.import_module("dpk.families.conv1d._validate")
 cuda_kernels = importlib.import_module("dpk.families.conv1d.cuda_kernels")
@@ -186,10 +188,11 @@ def suite_shapes(*names):
 
 
 ALL_SHAPES = suite_shapes("pusht", "sweep", "smoke")
+RING = {"rows": 0}  # stream.cu's own kernel (with `rows` set, stream_rows.cu runs wherever its plan fits)
 # stream knob sets the tuner tries on the 21 MB batch-1 shapes (every compiled (RPW, V), both grids)
-STREAM_KNOBS = [None, {"ctas_per_sm": 0, "stages": 2}, {"ctas_per_sm": 2, "stages": 3}] + [
+STREAM_KNOBS = [{**RING, **k} for k in [{}, {"ctas_per_sm": 0, "stages": 2}, {"ctas_per_sm": 2, "stages": 3}] + [
     {"rows_per_warp": r, "vecs_per_row": v} for r, v in models.STREAM_COMBOS] + [
-    {"bulk": 1}, {"bulk": 1, "ctas_per_sm": 2, "stages": 4}, {"bulk": 1, "rows_per_warp": 4, "vecs_per_row": 2}]
+    {"bulk": 1}, {"bulk": 1, "ctas_per_sm": 2, "stages": 4}, {"bulk": 1, "rows_per_warp": 4, "vecs_per_row": 2}]]
 
 
 def stream_runs(bsz, length, elem_bytes):
@@ -201,7 +204,7 @@ def test_stream_partition_covers_every_weight_once():
     seen = set()
     for B, Cin, Cout, L, K in ALL_SHAPES:
         for elem_bytes in (4, 2):
-            knob_sets = STREAM_KNOBS if (B, L, Cin * Cout * K) == (1, 4, 5 << 20) else [None]
+            knob_sets = STREAM_KNOBS if (B, L, Cin * Cout * K) == (1, 4, 5 << 20) else [RING]
             for knobs in knob_sets if stream_runs(B, L, elem_bytes) else []:
                 p = models.stream_plan(B, Cin, Cout, L, K, elem_bytes, knobs)
                 key = (Cin, Cout, K, elem_bytes, p.splits, p.chunks, p.rows_per_warp, p.vecs_per_row)
@@ -231,7 +234,7 @@ def test_stream_plans_cover_every_output_once_in_one_wave():
                 assert p.workspace_floats == (p.splits * Cout * B * L if p.splits > 1 else 0)
                 assert p.counters == (p.row_groups * p.passes if p.splits > 1 else 0)
     for cin, cout in ((1024, 1024), (2048, 512)):  # the 21 MB targets: 128 CTAs of 5 chunks (32 KB each)
-        p = models.stream_plan(1, cin, cout, 4, 5, 4)
+        p = models.stream_plan(1, cin, cout, 4, 5, 4, RING)
         assert (p.splits * p.row_groups, p.chunks_per_cta, p.stages) == (128, 5, 3)
         assert (p.rows_per_warp, p.vecs_per_row) == (8, 1)
 
@@ -270,8 +273,8 @@ def test_tiled_plans_read_every_weight_once_per_column_tile_and_write_every_outp
 
 
 # bulk ring: deep rings with several wraps (parity flips), a partial last warp, rows of 16-byte and odd lengths
-BULK_KNOBS = ({"bulk": 1, "stages": 2}, {"bulk": 1, "stages": 3, "ctas_per_sm": 0},
-              {"bulk": 1, "rows_per_warp": 2, "vecs_per_row": 4, "stages": 8})
+BULK_KNOBS = ({**RING, "bulk": 1, "stages": 2}, {**RING, "bulk": 1, "stages": 3, "ctas_per_sm": 0},
+              {**RING, "bulk": 1, "rows_per_warp": 2, "vecs_per_row": 4, "stages": 8})
 # plus: 3 row groups; several chunks per CTA with ring reuse; 3 passes; whole-row staging with L < LT (optimized);
 # 2 tiles along Cout and along N with splits
 EMULATED = [shape(c) for c in SUITES["smoke"] if c.dtype == "float32"] + [
@@ -282,10 +285,10 @@ EMULATED = [shape(c) for c in SUITES["smoke"] if c.dtype == "float32"] + [
 def test_kernel_models_compute_the_convolution(dims):
     x, w, b = random_inputs(*dims)
     ref = torch_conv(x, w, b)
-    for knobs in (None, {"stages": 2, "ctas_per_sm": 2}, {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3},
-                  *BULK_KNOBS):
+    for knobs in (None, RING, {**RING, "stages": 2, "ctas_per_sm": 2},
+                  {**RING, "rows_per_warp": 8, "vecs_per_row": 1, "stages": 3}, *BULK_KNOBS):
         assert np.allclose(models.emulate_stream(x, w, b, 4, knobs, num_sms=4), ref, atol=1e-12), knobs
-    for knobs in (None, {"bulk": 1, "stages": 3}):
+    for knobs in (None, RING, {**RING, "bulk": 1, "stages": 3}):
         assert np.allclose(models.emulate_stream(x, w, b, 2, knobs), ref, atol=1e-12)  # bf16/fp16 layout
     for knobs, avec in ((None, None), ({"tile": 1, "stages": 2, "ctas_per_sm": 1}, False), ({"tile": 2}, None)):
         y, writes, reads = tmodels.emulate_tiled(x, w, b, knobs, num_sms=8, avec=avec)
@@ -306,7 +309,7 @@ def test_bulk_ring_model_computes_the_convolution(dims):
     most_wraps = 0
     for elem_bytes in (4, 2):
         for sms in (1, 2):
-            for knobs in ({"bulk": 1, "stages": st, "rows_per_warp": rpw, "vecs_per_row": v}
+            for knobs in ({**RING, "bulk": 1, "stages": st, "rows_per_warp": rpw, "vecs_per_row": v}
                           for st in (2, 3, 5) for rpw, v in ((8, 1), (4, 2), (2, 4))):
                 p = models.stream_plan(*dims, elem_bytes, knobs, sms)
                 assert p.ok and p.bulk == 1, (elem_bytes, knobs, p)
@@ -319,14 +322,14 @@ def test_bulk_ring_model_computes_the_convolution(dims):
 def test_bulk_plan_flag_and_shared_memory():
     """bulk is on only for rows of whole 16-byte vectors; it adds one 8-byte mbarrier per warp and stage."""
     for knobs in ({"stages": 3}, {"stages": 6}, {"stages": 8, "rows_per_warp": 4, "vecs_per_row": 2}):
-        cp, bk = (models.stream_plan(1, 1024, 1024, 4, 5, 4, {**knobs, "bulk": bulk}) for bulk in (0, 1))
+        cp, bk = (models.stream_plan(1, 1024, 1024, 4, 5, 4, {**RING, **knobs, "bulk": bulk}) for bulk in (0, 1))
         assert cp.bulk == 0 and bk.bulk == 1 and bk.stages == cp.stages and bk.splits == cp.splits
         assert bk.smem_bytes == cp.smem_bytes + bk.stages * 64, knobs
-    p = models.stream_plan(1, 1024, 1024, 4, 5, 4, {"bulk": 1, "stages": 6})
+    p = models.stream_plan(1, 1024, 1024, 4, 5, 4, {**RING, "bulk": 1, "stages": 6})
     assert (p.stages, p.chunks_per_cta, p.smem_bytes) == (5, 5, 5 * (32768 + 64) + 5 * 128 * 4 * 4)  # capped at 5
-    assert models.stream_plan(1, 3, 5, 13, 3, 4, {"bulk": 1}).bulk == 0   # R = 9: 36-byte rows
-    assert models.stream_plan(1, 1020, 8, 4, 1, 2, {"bulk": 1}).bulk == 0  # 2040-byte rows (16-bit)
-    assert models.stream_plan(1, 1020, 8, 4, 1, 4, {"bulk": 1}).bulk == 1  # 4080-byte rows (fp32)
+    assert models.stream_plan(1, 3, 5, 13, 3, 4, {**RING, "bulk": 1}).bulk == 0   # R = 9: 36-byte rows
+    assert models.stream_plan(1, 1020, 8, 4, 1, 2, {**RING, "bulk": 1}).bulk == 0  # 2040-byte rows (16-bit)
+    assert models.stream_plan(1, 1020, 8, 4, 1, 4, {**RING, "bulk": 1}).bulk == 1  # 4080-byte rows (fp32)
     assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"bulk": 2}).ok
 
 
@@ -353,27 +356,134 @@ def test_optimized_config_fits_every_supported_shape():
     assert omodels.optimized_config(1024, 8, 5) is not None    # the shape the seed's dispatch skipped
 
 
+# ---- stream_rows.cu (the stream config's `rows` path; _models_rows.py) ----
+def rows_rule(Cout, no, sms) -> int:
+    """RC: the least power of two >= ceil(Cout / SMs), at most 32 / NO."""
+    want = math.ceil(Cout / sms)
+    return min(32 // no, 1 << max(0, want - 1).bit_length())
+
+
+def rows_fit_expected(B, Cin, Cout, L, K, elem_bytes, chunks, sms) -> bool:
+    """Whether conv1d_rows_plan should fit, from the kernel's preconditions: B*L <= 16, rows of whole 16-byte
+    vectors, and RC rows (the least power of two >= Cout / SMs, at most 32 / NO) + x + barriers + warp totals in
+    shared memory (the plan does not lower RC to fit)."""
+    no = 4 if B * L <= 4 else (8 if B * L <= 8 else 16)
+    vec, R = 16 // elem_bytes, Cin * K
+    cols = math.ceil(math.ceil(R / chunks) / vec) * vec
+    n = math.ceil(R / cols)
+    smem = 16 * ((n + 1) // 2) + 8 * 32 * 4 + rows_rule(Cout, no, sms) * R * elem_bytes + B * L * Cin * 4
+    return B * L <= 16 and Cin * K * elem_bytes % 16 == 0 and smem <= models.MAX_DYNAMIC_SMEM
+
+
+def test_rows_plan_on_suite_shapes():
+    """Every suite shape (pusht, smoke, sweep) x fp32/16-bit x chunks x SMs: the rows plan fits where the kernel's
+    preconditions hold, covers Cout with CTAs of RC rows, every column with whole-vector chunks, and fits shared
+    memory; stream_plan takes it exactly where rows = 1 and it fits."""
+    fitted = 0
+    for B, Cin, Cout, L, K in ALL_SHAPES:
+        for eb in (4, 2):
+            for chunks in (1, 2, 3, 4, 32):
+                for sms in (132, 114):
+                    p = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, sms)
+                    sp = models.stream_plan(B, Cin, Cout, L, K, eb, {"rows": 1, "row_chunks": chunks}, sms)
+                    assert sp.rows == p.ok and sp.ok, (B, Cin, Cout, L, K, eb, chunks)
+                    assert p.ok == rows_fit_expected(B, Cin, Cout, L, K, eb, chunks, sms), (B, Cin, Cout, L, K, eb)
+                    if not p.ok:
+                        continue
+                    fitted += 1
+                    R, NO, RC = Cin * K, p.outputs, p.rows_per_cta
+                    assert NO >= B * L and NO in (4, 8, 16) and RC in (1, 2, 4, 8) and RC * NO <= 32
+                    assert p.ctas * RC >= Cout > (p.ctas - 1) * RC
+                    assert rows_rule(Cout, NO, sms) == RC
+                    assert p.chunk_cols % (16 // eb) == 0 and p.chunks <= chunks
+                    assert p.chunks * p.chunk_cols >= R > (p.chunks - 1) * p.chunk_cols
+                    assert p.smem_bytes <= models.MAX_DYNAMIC_SMEM == 227 * 1024 - 256
+                    assert p.smem_bytes == (16 * ((p.chunks + 1) // 2) + 8 * 32 * 4 + RC * R * eb
+                                            + B * L * Cin * 4)
+                    assert (sp.row_groups, sp.chunks, sp.smem_bytes, sp.splits, sp.passes, sp.bulk) == (
+                        p.ctas, p.chunks, p.smem_bytes, 1, 1, 1)
+                    assert sp.workspace_floats == sp.counters == 0
+    assert fitted > 300, fitted
+    for cin, cout, rc in ((1024, 1024, 8), (2048, 512, 4)):  # the 21 MB shapes: 128 CTAs, about one per SM
+        for chunks in (1, 2, 3, 4):
+            p = rmodels.rows_plan(1, cin, cout, 4, 5, 4, chunks, 132)
+            assert (p.ok, p.ctas, p.rows_per_cta, p.outputs, p.chunks) == (1, 128, rc, 4, chunks), (cin, chunks)
+        assert models.stream_plan(1, cin, cout, 4, 5, 4, {"rows": 1}, 132).row_groups == 128
+    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 0, 132).ok
+    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 33, 132).ok
+    assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"rows": 2}).ok
+    for chunks in (0, 33):  # validated even when rows = 0 (conv1d_stream_plan checks every knob)
+        assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"row_chunks": chunks}).ok
+        assert not models.stream_plan(1, 64, 64, 4, 5, 4, {**RING, "row_chunks": chunks}).ok
+    assert models.stream_plan(1, 3, 5, 13, 3, 4, {"rows": 1}).ok  # rows that do not fit: the ring kernel runs
+    assert not models.stream_plan(1, 3, 5, 13, 3, 4, {"rows": 1}).rows
+
+
+# B=2, L=5 (B*L = 10 -> NO 16); L = 1; K = 1; K = 3 with 16-byte rows; Cout not a multiple of RC (at 2 SMs);
+# long rows (many columns per thread, several (ci, k) carries); 16-bit rows of whole vectors
+ROWS_EMULATED = [(2, 8, 7, 5, 1), (1, 8, 6, 1, 5), (1, 16, 33, 8, 3), (3, 24, 10, 5, 3), (1, 300, 70, 4, 5),
+                 (1, 248, 20, 4, 5), (4, 64, 9, 4, 1), (1, 40, 3, 16, 5)]
+
+
+def rows_close(y, ref) -> bool:
+    return bool(np.allclose(y, ref, atol=1e-12))
+
+
+@pytest.mark.parametrize("dims", ROWS_EMULATED, ids=lambda d: "b{}_c{}_c{}_l{}_k{}".format(*d))
+def test_rows_model_computes_the_convolution(dims):
+    x, w, b = random_inputs(*dims)
+    ref = torch_conv(x, w, b)
+    _, Cin, _, _, K = dims
+    runs = 0
+    for eb in (4, 2):
+        if Cin * K * eb % 16:
+            continue
+        for chunks in (1, 3, 32):
+            for sms in (132, 2):
+                assert rmodels.rows_plan(*dims, eb, chunks, sms).ok, (eb, chunks, sms)
+                assert rows_close(rmodels.emulate_rows(x, w, b, eb, chunks, sms), ref), (eb, chunks, sms)
+                runs += 1
+        # through stream.cu's dispatch: emulate_stream with rows = 1 is emulate_rows
+        assert rows_close(models.emulate_stream(x, w, b, eb, {"rows": 1, "row_chunks": 3}, 2), ref)
+    assert runs >= 6  # fp32 at least
+
+
+def test_broken_rows_models_are_caught():
+    """The k carry dropped (long rows: K = 5 and 256 % 5 = 1, so every thread's k wraps) or the x bounds check
+    one past L (reads the next channel's first value, or past x): the comparison above fails."""
+    for dims, chunks in (((1, 248, 20, 4, 5), 1), ((2, 300, 70, 2, 5), 1), ((1, 16, 33, 8, 3), 32)):
+        x, w, b = random_inputs(*dims)
+        ref = torch_conv(x, w, b)
+        assert rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2), ref)
+        assert not rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2, broken="bounds"), ref), dims
+        if dims != (1, 16, 33, 8, 3):  # 48 columns: no thread takes a second column, so no carry to drop
+            assert not rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2, broken="k_carry"), ref), dims
+
+
 HOST_MAIN = r"""
 #include <cstdio>
 #include "conv1d.h"
 int main() {
     const Conv1dStreamConfig ds;
     const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages, ds.ctas_per_sm,
-           ds.cache_policy, ds.tiled_min_bl, ds.bulk, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy,
-           kConv1dOptimizedTiledMinBL);
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
+           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, dt.tile, dt.stages,
+           dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL, kConv1dRowsMaxChunks);
     int B, Cin, Cout, L, K, sms;
     Conv1dStreamConfig s;
     Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms, &s.rows_per_warp,
-                 &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &t.tile, &t.stages,
-                 &t.ctas_per_sm, &t.cache_policy) == 16) {
+    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
+                 &s.rows_per_warp, &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &s.rows,
+                 &s.row_chunks, &t.tile, &t.stages, &t.ctas_per_sm, &t.cache_policy) == 18) {
         const Conv1dShape shape{B, Cin, Cout, L, K};
         for (int elem : {4, 2}) {
             const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
-            printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
+            printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
                    p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks, p.chunks_per_cta, p.stages,
-                   p.smem_bytes, p.workspace_floats, p.counters, p.bulk);
+                   p.smem_bytes, p.workspace_floats, p.counters, p.bulk, p.rows);
+            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, sms);
+            printf("%d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
+                   r.smem_bytes);
         }
         const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
         printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm, q.tn,
@@ -385,19 +495,20 @@ int main() {
     }
 }
 """
-STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk")
+STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks")
 TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
 def test_compiled_host_logic_matches_models(tmp_path):
-    """Build the real planners (host code of stream.cu/tiled.cu/optimized.cu; device code only to unoptimized
-    PTX, which keeps the build ~10 s), run them."""
+    """Build the real planners (host code of stream.cu/stream_rows.cu/tiled.cu/optimized.cu; device code only to
+    unoptimized PTX, which keeps the build ~10 s), run them: stream plans (rows path included) and conv1d_rows_plan
+    itself at the knobs' row_chunks, both element sizes."""
     (tmp_path / "main.cpp").write_text(HOST_MAIN)
     exe = tmp_path / "plans"
     build = subprocess.run([nvcc_path(), "-gencode", "arch=compute_90,code=compute_90", "-Xcicc", "-O0", f"-I{CONV}",
-                            str(tmp_path / "main.cpp"), *(str(CONV / f) for f in ("stream.cu", "tiled.cu",
-                                                                                  "optimized.cu")),
+                            str(tmp_path / "main.cpp"), *(str(CONV / f) for f in ("stream.cu", "stream_rows.cu",
+                                                                                  "tiled.cu", "optimized.cu")),
                             "-o", str(exe)], capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-2000:]
     rng = np.random.default_rng(0)
@@ -406,12 +517,14 @@ def test_compiled_host_logic_matches_models(tmp_path):
         for ln in (1, 4, 8, 13, 16, 300) for k in (1, 3, 5, 7, 9)]
     lines = []
     for i, s in enumerate(shapes):  # defaults, then random knob sets (some out of range: plans must agree too)
-        sk = [-1] * 6 if i % 3 == 0 else [int(rng.choice(v)) for v in ((2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9),
-                                                                         (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2))]
+        sk = [-1] * 8 if i % 3 == 0 else [int(rng.choice(v)) for v in (
+            (2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9), (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2), (0, 1, 1, 1, 2),
+            (0, 1, 2, 3, 4, 7, 32, 33))]
         tk = [-1] * 4 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
                                                                          (0, 1, 2, 3), (-1, 0, 2))]
         lines.append((s, int(rng.choice((132, 114, 7))) if i % 3 else 132, sk, tk))
     defaults = [*models.STREAM_DEFAULTS.values(), *tmodels.TILED_DEFAULTS.values()]
+    rows_seen = [0, 0]  # plans with the rows path, and fitting rows plans at the knobs' row_chunks
 
     def fill(knobs, keys, dflt):
         return [dflt[k] if v == -1 else v for k, v in zip(keys, knobs, strict=True)]
@@ -420,14 +533,19 @@ def test_compiled_host_logic_matches_models(tmp_path):
     run = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     out = run.stdout.splitlines()
-    assert list(map(int, out[0].split())) == [*defaults, cuda_kernels.OPTIMIZED_TILED_MIN_BL]
+    assert list(map(int, out[0].split())) == [*defaults, cuda_kernels.OPTIMIZED_TILED_MIN_BL, rmodels.ROWS_MAX_CHUNKS]
     for (s, sms, sk, tk), line in zip(lines, out[1:], strict=True):
         got = list(map(int, line.split()))
         sknobs, tknobs = dict(zip(STREAM_KEYS, sk, strict=True)), dict(zip(TILED_KEYS, tk, strict=True))
         opt = omodels.optimized_config(s[1], s[3], s[4])
-        want = [*models.stream_plan(*s, 4, sknobs, sms), *models.stream_plan(*s, 2, sknobs, sms),
-                *tmodels.tiled_plan(*s, tknobs, sms), *([1, *opt] if opt else [0, 0, 0, 0, 0])]
+        chunks = fill(sk, STREAM_KEYS, models.STREAM_DEFAULTS)[-1]
+        plans = [(models.stream_plan(*s, eb, sknobs, sms), rmodels.rows_plan(*s, eb, chunks, sms)) for eb in (4, 2)]
+        want = [v for sp, rp in plans for v in (*sp, *rp)]
+        want += [*tmodels.tiled_plan(*s, tknobs, sms), *([1, *opt] if opt else [0, 0, 0, 0, 0])]
         assert got == want, (s, sms, sk, tk)
+        rows_seen[0] += sum(sp.rows for sp, _ in plans)
+        rows_seen[1] += sum(rp.ok for _, rp in plans)
+    assert min(rows_seen) > 50, rows_seen  # the rows path was really compared
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
@@ -440,3 +558,38 @@ def test_extension_plans_match_models():
                                                                                               None, sms)
         assert tuple(ext.tiled_plan(B, Cin, Cout, L, K, None, sms)) == tmodels.tiled_plan(B, Cin, Cout, L, K, None, sms)
         assert tuple(ext.optimized_config(B, Cin, Cout, L, K)) == omodels.optimized_config(Cin, L, K)
+
+
+ROWS_GPU_CASES = [c for n in ("smoke", "pusht", "sweep") for c in SUITES[n] if c["B"] * c["L"] <= 16]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
+@pytest.mark.parametrize("chunks", [1, 4, 32])
+def test_stream_rows_parity_on_gpu(chunks):
+    """stream_rows.cu through the stream binding (rows = 1) on every suite case with B*L <= 16, each dtype it
+    declares: the family's parity check and tolerance; the rows kernel is planned exactly where the model fits."""
+    from dpk.parity import ParityResult, compare, reference_output, resolve_tolerance
+
+    ext = cuda_kernels.extension()
+    dev = torch.device("cuda")
+    sms = torch.cuda.get_device_properties(dev).multi_processor_count
+    variant = REG.variant("conv1d", "stream")
+    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks)
+    planned = 0
+    assert ROWS_GPU_CASES
+    for case in ROWS_GPU_CASES:
+        x, w, b = FAM.make_inputs(case, dev)
+        B, Cin, Cout, L, K = shape(case)
+        eb = x.element_size()
+        plan = tuple(ext.stream_plan(B, Cin, Cout, L, K, eb, knobs.as_list()[:9], sms))
+        fits = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, sms).ok
+        assert plan == tuple(models.stream_plan(B, Cin, Cout, L, K, eb, {"rows": 1, "row_chunks": chunks}, sms))
+        assert plan[-1] == fits, case.id
+        planned += fits
+        out = cuda_kernels.run_stream(x, w, b, knobs)
+        torch.cuda.synchronize()
+        res = ParityResult("conv1d", f"stream rows chunks{chunks}", case.id, case.dtype)
+        compare([out], reference_output(FAM, case, dev), resolve_tolerance(FAM, variant, case), res)
+        assert out.dtype == x.dtype and out.shape == (B, Cout, L), case.id
+        assert res.mismatches == 0, (case.id, res.summary())
+    assert planned >= 10, planned

@@ -5,7 +5,8 @@ check on a CPU that the partition covers every weight once, that the shared-memo
 agree, that a pipeline slot is refilled only after it was read, and that the whole kernel computes the
 convolution. The compiled host planners are compared with these on CPU (nvcc) and, on a GPU, through the
 extension (binding.cpp: stream_plan, tiled_plan, optimized_config). This file: stream.cu (and what tiled.cu shares);
-tiled.cu: _models_tiled.py; optimized.cu: _models_optimized.py.
+stream_rows.cu (stream.cu's `rows` path): _models_rows.py; tiled.cu: _models_tiled.py; optimized.cu:
+_models_optimized.py.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ SMEM_PER_SM, SMEM_RESERVED_PER_CTA = 228 * 1024, 1024
 # ---- stream.cu ----
 STREAM_THREADS, STREAM_WARPS = 256, 8
 STREAM_DEFAULTS = {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3, "ctas_per_sm": 1, "cache_policy": 1,
-                   "tiled_min_bl": 16, "bulk": 0}  # conv1d.h Conv1dStreamConfig
+                   "tiled_min_bl": 16, "bulk": 0, "rows": 1, "row_chunks": 2}  # conv1d.h Conv1dStreamConfig
 STREAM_BAR_BYTES_PER_STAGE = STREAM_WARPS * 8  # bulk: one 8-byte mbarrier per warp and ring stage
 STREAM_COMBOS = ((2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))  # (RPW, V) compiled for fp32, NO = 4
 
@@ -41,6 +42,7 @@ class StreamPlan(NamedTuple):
     workspace_floats: int = 0
     counters: int = 0
     bulk: int = 0
+    rows: int = 0
 
 
 def knobs_with_defaults(knobs: dict | None, defaults: dict) -> dict:
@@ -53,11 +55,20 @@ def knobs_with_defaults(knobs: dict | None, defaults: dict) -> dict:
 def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, knobs: dict | None = None,
                 num_sms: int = 132) -> StreamPlan:
     """conv1d_stream_plan."""
+    from ._models_rows import ROWS_MAX_CHUNKS, rows_plan  # _models_rows imports this module
+
     c = knobs_with_defaults(knobs, STREAM_DEFAULTS)
     if (elem_bytes not in (2, 4) or not 2 <= c["stages"] <= 8 or not 0 <= c["ctas_per_sm"] <= 8
-            or not 0 <= c["cache_policy"] <= 3 or c["bulk"] not in (0, 1) or num_sms < 1
-            or min(B, Cin, Cout, L, K) < 1):
+            or not 0 <= c["cache_policy"] <= 3 or c["bulk"] not in (0, 1) or c["rows"] not in (0, 1)
+            or not 1 <= c["row_chunks"] <= ROWS_MAX_CHUNKS or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
         return StreamPlan()
+    if c["rows"] == 1:  # stream_rows.cu where it fits
+        r = rows_plan(B, Cin, Cout, L, K, elem_bytes, c["row_chunks"], num_sms)
+        if r.ok:
+            return StreamPlan(ok=1, rows_per_warp=c["rows_per_warp"], vecs_per_row=c["vecs_per_row"],
+                              outputs_per_pass=r.outputs, passes=1, splits=1, row_groups=r.ctas, chunks=r.chunks,
+                              chunks_per_cta=r.chunks, stages=r.chunks, smem_bytes=r.smem_bytes, workspace_floats=0,
+                              counters=0, bulk=1, rows=1)
     bl, r = B * L, Cin * K
     no = 4 if bl <= 4 else (8 if bl <= 8 else 16)
     passes = math.ceil(bl / no)
@@ -100,6 +111,7 @@ def chunk_range(split: int, splits: int, chunks: int) -> tuple[int, int]:
 def stream_weight_owners(Cin: int, Cout: int, K: int, elem_bytes: int, p: StreamPlan) -> np.ndarray:
     """How many (split, chunk of its range, row group, warp, lane, r, u, e) slots of one pass load each weight
     w[co, j] under plan p (every pass, grid.z, streams the weights once more): must be all ones."""
+    assert not p.rows, "the ring kernel's partition; stream_rows.cu: each CTA copies whole rows (emulate_rows)"
     e_per_vec = 16 // elem_bytes
     cw = p.vecs_per_row * 32 * e_per_vec
     R = Cin * K
@@ -148,6 +160,7 @@ def stream_output_writes(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes
     """Writes of each y[b, co, l] (as Cout x B*L): the lanes kept by the warp reduction (one split), or the last
     CTA's loop over its (row, output) pairs (splits). Must be all ones."""
     p = stream_plan(B, Cin, Cout, L, K, elem_bytes, knobs)
+    assert not p.rows, "the ring kernel's writes; stream_rows.cu: _models_rows.emulate_rows"
     BL, no, rpc = B * L, p.outputs_per_pass, STREAM_WARPS * p.rows_per_warp
     counts = np.zeros((Cout, BL), int)
     for group, pas in np.ndindex(p.row_groups, p.passes):
@@ -250,11 +263,17 @@ def emulate_stream(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: i
                    knobs: dict | None = None, num_sms: int = 132) -> np.ndarray:
     """conv1d_stream_kernel CTA by CTA: im2col layout, per-thread cp.async ring (a slot is refilled only after
     its chunk was read), FMAs, warp reduction, split partials and the last CTA's ordered sum. With bulk the ring is
-    filled by bulk_fill and each wait checks the kernel's incremental mbarrier parity against the slot's phase."""
+    filled by bulk_fill and each wait checks the kernel's incremental mbarrier parity against the slot's phase. A
+    plan with rows = 1 runs _models_rows.emulate_rows instead, as launch_typed runs stream_rows.cu."""
     B, Cin, L = x.shape
     Cout, _, K = w.shape
     p = stream_plan(B, Cin, Cout, L, K, elem_bytes, knobs, num_sms)
     assert p.ok
+    if p.rows:  # launch_typed: conv1d_stream_rows with the rows plan
+        from ._models_rows import emulate_rows
+
+        return emulate_rows(x, w, bias, elem_bytes, knobs_with_defaults(knobs, STREAM_DEFAULTS)["row_chunks"],
+                            num_sms)
     rpw, v, no, stages = p.rows_per_warp, p.vecs_per_row, p.outputs_per_pass, p.stages
     E = 16 // elem_bytes
     CW, SLOTS, NO4, NV, R, BL = v * 32 * E, v * E, no // 4, rpw * no, Cin * K, B * L
