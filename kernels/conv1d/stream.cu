@@ -47,7 +47,6 @@
 // copy is in flight at exit. Shared memory: + 8 bytes x 8 warps per stage.
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "async_copy.cuh"
 #include "conv1d.h"
@@ -337,15 +336,14 @@ cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, float* ws, unsig
 }
 
 template <typename T>
-cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, float* ws, unsigned* counters,
-                         Conv1dShape s, const Conv1dStreamConfig& cfg, int num_sms, cudaStream_t stream) {
+cudaError_t launch_typed(Conv1dDtype dtype, const void* x, const void* w, const void* b, void* y, float* ws,
+                         unsigned* counters, Conv1dShape s, const Conv1dStreamConfig& cfg, int num_sms,
+                         cudaStream_t stream) {
     const Conv1dStreamPlan p = conv1d_stream_plan(s, sizeof(T), cfg, num_sms);
     if (!p.ok || (p.splits > 1 && (ws == nullptr || counters == nullptr))) return cudaErrorInvalidValue;
-    if (p.rows) {
-        const Conv1dDtype dt = sizeof(T) == 4 ? kConv1dF32 : (std::is_same_v<T, __half> ? kConv1dF16 : kConv1dBF16);
-        const Conv1dRowsPlan r = conv1d_rows_plan(s, sizeof(T), cfg.row_chunks, num_sms);
-        return conv1d_stream_rows(dt, x, w, b, y, s, r, cfg.cache_policy, stream);
-    }
+    if (p.rows)
+        return conv1d_stream_rows(dtype, x, w, b, y, s, conv1d_rows_plan(s, sizeof(T), cfg.row_chunks, num_sms),
+                                  cfg.cache_policy, stream);
     const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     switch (p.outputs_per_pass) {
@@ -424,10 +422,12 @@ cudaError_t conv1d_stream(Conv1dDtype dtype, const void* x, const void* w, const
                           int num_sms, cudaStream_t stream) {
     if (s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1 || s.K % 2 == 0) return cudaErrorInvalidValue;
     switch (dtype) {
-        case kConv1dF32: return launch_typed<float>(x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
+        case kConv1dF32:
+            return launch_typed<float>(dtype, x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
         case kConv1dBF16:
-            return launch_typed<__nv_bfloat16>(x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
-        case kConv1dF16: return launch_typed<__half>(x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
+            return launch_typed<__nv_bfloat16>(dtype, x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
+        case kConv1dF16:
+            return launch_typed<__half>(dtype, x, w, bias, y, workspace, counters, s, cfg, num_sms, stream);
         default: return cudaErrorInvalidValue;
     }
 }
