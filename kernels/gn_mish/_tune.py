@@ -1,6 +1,6 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8] [--budget 0.15] [--json out.json]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half] [--budget 0.15] [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
 then times it with dpk's engine: `graph` mode (device time without launch overhead) on the Push-T shapes
@@ -33,6 +33,10 @@ LARGE_SHAPES = [("sweep", name, "cold") for name in (
 B8_SHAPES = [("sweep", name, "cold") for name in (
     "b8_c256_l1024_g8", "b8_c512_l1024_g8", "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c512_l4096_g8",
     "b8_c2048_l4096_g8", "b16_c1024_l2048_g8")]
+# The 16-bit sweep cases (the suite's dtypes for them): half the bytes per element of fp32.
+HALF_SHAPES = [("sweep", "b64_c512_l1024_g8", "cold", "bfloat16"), ("sweep", "b64_c512_l1024_g8", "cold", "float16"),
+               ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"), ("sweep", "b1_c2048_l4096_g8", "cold", "bfloat16")]
+PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES}
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -47,7 +51,8 @@ TIER0_CONFIGS: dict[str, dict[str, int]] = {
 }
 # Tier 1 (clusters): CTA size (a small CTA whose cluster cannot hold the group streams: chunks re-read from L2),
 # elements per thread (t1_items counts vectors: 4 fp32 vectors = 16 elements), cluster cap, residency cap,
-# persistent double-buffered clusters.
+# persistent double-buffered clusters, and the first (serial) streaming loop next to the default (half chunks
+# overlapped) on the default and the two best B = 8 / B = 16 plans.
 TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default": {},
     "t1=128": {"t1_threads": 128},
@@ -68,6 +73,9 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default,2cta/sm": {"t1_ctas_per_sm": 2},
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
+    "serial": {"t1_serial": 1},
+    "k<=2,t1=1024,serial": {"max_cluster": 2, "t1_threads": 1024, "t1_serial": 1},
+    "k<=8,t1=512,serial": {"max_cluster": 8, "t1_threads": 512, "t1_serial": 1},
 }
 
 
@@ -104,7 +112,8 @@ def _plan_text(plan: dict[str, int]) -> str:
     if plan["tier"] == 0:
         return (f"t0 {plan['group_threads']}thr/grp x{plan['groups_per_cta']}/cta items{plan['items']} "
                 f"grid{plan['grid']} res{plan['resident_ctas']}")
-    return (f"t1{'p' if plan['persistent'] else ''} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
+    flags = ("p" if plan["persistent"] else "") + ("s" if plan["serial"] else "")
+    return (f"t1{flags} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
             f"ch{plan['chunks']} grid{plan['grid']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
 
 
@@ -113,7 +122,7 @@ def _time_shape(case, mode: str, configs: dict[str, dict[str, int]], fam, fused,
     """Check, then time, the baselines and every configuration with a new plan on one case; returns failures."""
     import torch
 
-    name = case.name
+    name = case.id if case.dtype != "float32" else case.name
     inputs = fam.make_inputs(case, timer.device)
     ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
     tol = fam.tolerance(case, "float32")
@@ -184,14 +193,14 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
     print(f"# copy bandwidth {copy_bw:.0f} GB/s (read + write); timing budget {budget_s} s per row")
     timer = Timer(device, TimingConfig(budget_s=budget_s))
     suites = load_suite_file(ROOT / "suites" / "gn_mish.yaml").suites
-    shapes = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES}.get(only, PUSHT_SHAPES + LARGE_SHAPES)
+    shapes = PRESETS.get(only, PUSHT_SHAPES + LARGE_SHAPES)
     rows: list[dict] = []
     header = (f"{'shape':20} {'mode':5} {'config':16} {'median_us':>9} {'GB/s':>7} {'%copy':>6} {'x_eager':>7} "
               f"{'x_triton':>8} {'err':>5}  plan")
     print(header)
     failures = 0
-    for suite, name, mode in shapes:
-        case = next(c for c in suites[suite] if c.name == name and c.dtype == "float32")
+    for suite, name, mode, *dtype in shapes:
+        case = next(c for c in suites[suite] if c.name == name and c.dtype == (dtype or ["float32"])[0])
         configs = TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else TIER1_CONFIGS
         failures += _time_shape(case, mode, configs, fam, fused, {"eager": eager, "triton": triton}, timer,
                                 copy_bw, rows)
@@ -217,7 +226,7 @@ def _summary(rows: list[dict]) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", choices=("pusht", "large", "b8"), help="time only these shapes")
+    parser.add_argument("--only", choices=tuple(PRESETS), help="time only these shapes")
     parser.add_argument("--budget", type=float, default=0.15, help="timing budget per row, seconds")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()

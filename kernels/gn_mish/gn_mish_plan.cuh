@@ -85,7 +85,7 @@ inline bool limits_ok(const Limits& l) {
          (l.t0_threads == 0 || l.t0_threads * l.t0_groups_per_cta <= kMaxThreads) &&
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
-         (l.t1_persistent == 0 || l.t1_persistent == 1);
+         (l.t1_persistent == 0 || l.t1_persistent == 1) && (l.t1_serial == 0 || l.t1_serial == 1);
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -257,6 +257,7 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   out->slice_vecs = ceil_div(nv, out->cluster);
   out->chunks = int(ceil_div(out->slice_vecs, int64_t(out->threads) * out->items));
   out->grid = groups * out->cluster;
+  out->serial = lim.t1_serial;
   const int64_t span = slice_channels(p, out->slice_vecs, vec);
   out->stage = span <= kStageMaxChannels ? int(span) : 0;
   out->smem_bytes = tier1_smem(lim, dev, out->stage * 2 * int(sizeof(float)));
