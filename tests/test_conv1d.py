@@ -363,58 +363,68 @@ def rows_rule(Cout, no, sms) -> int:
     return min(32 // no, 1 << max(0, want - 1).bit_length())
 
 
-def rows_fit_expected(B, Cin, Cout, L, K, elem_bytes, chunks, sms) -> bool:
+def rows_fit_expected(B, Cin, Cout, L, K, elem_bytes, chunks, threads, sms) -> bool:
     """Whether conv1d_rows_plan should fit, from the kernel's preconditions: B*L <= 16, rows of whole 16-byte
-    vectors, and RC rows (the least power of two >= Cout / SMs, at most 32 / NO) + x + barriers + warp totals in
-    shared memory (the plan does not lower RC to fit)."""
+    vectors, and RC rows (the least power of two >= Cout / SMs, at most 32 / NO) + x + barriers + warp totals (one
+    row of 32 fp32 per warp) in shared memory (the plan does not lower RC to fit)."""
     no = 4 if B * L <= 4 else (8 if B * L <= 8 else 16)
     vec, R = 16 // elem_bytes, Cin * K
     cols = math.ceil(math.ceil(R / chunks) / vec) * vec
     n = math.ceil(R / cols)
-    smem = 16 * ((n + 1) // 2) + 8 * 32 * 4 + rows_rule(Cout, no, sms) * R * elem_bytes + B * L * Cin * 4
+    smem = 16 * ((n + 1) // 2) + threads // 32 * 128 + rows_rule(Cout, no, sms) * R * elem_bytes + B * L * Cin * 4
     return B * L <= 16 and Cin * K * elem_bytes % 16 == 0 and smem <= models.MAX_DYNAMIC_SMEM
 
 
+ROWS_THREADS = (256, 512, 1024)  # the row_threads knob's values (stream_rows.cu's THREADS instantiations)
+
+
 def test_rows_plan_on_suite_shapes():
-    """Every suite shape (pusht, smoke, sweep) x fp32/16-bit x chunks x SMs: the rows plan fits where the kernel's
-    preconditions hold, covers Cout with CTAs of RC rows, every column with whole-vector chunks, and fits shared
-    memory; stream_plan takes it exactly where rows = 1 and it fits."""
+    """Every suite shape (pusht, smoke, sweep) x fp32/16-bit x chunks x threads per CTA x SMs: the rows plan fits
+    where the kernel's preconditions hold, covers Cout with CTAs of RC rows, every column with whole-vector chunks,
+    and fits shared memory; stream_plan takes it exactly where rows = 1 and it fits."""
     fitted = 0
     for B, Cin, Cout, L, K in ALL_SHAPES:
         for eb in (4, 2):
-            for chunks in (1, 2, 3, 4, 32):
+            for chunks, threads in ((c, t) for c in (1, 2, 3, 4, 32) for t in ROWS_THREADS):
                 for sms in (132, 114):
-                    p = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, sms)
-                    sp = models.stream_plan(B, Cin, Cout, L, K, eb, {"rows": 1, "row_chunks": chunks}, sms)
-                    assert sp.rows == p.ok and sp.ok, (B, Cin, Cout, L, K, eb, chunks)
-                    assert p.ok == rows_fit_expected(B, Cin, Cout, L, K, eb, chunks, sms), (B, Cin, Cout, L, K, eb)
+                    p = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, threads, sms)
+                    sp = models.stream_plan(B, Cin, Cout, L, K, eb,
+                                            {"rows": 1, "row_chunks": chunks, "row_threads": threads}, sms)
+                    assert sp.rows == p.ok and sp.ok, (B, Cin, Cout, L, K, eb, chunks, threads)
+                    assert p.ok == rows_fit_expected(B, Cin, Cout, L, K, eb, chunks, threads, sms), (
+                        B, Cin, Cout, L, K, eb, threads)
                     if not p.ok:
                         continue
                     fitted += 1
                     R, NO, RC = Cin * K, p.outputs, p.rows_per_cta
                     assert NO >= B * L and NO in (4, 8, 16) and RC in (1, 2, 4, 8) and RC * NO <= 32
                     assert p.ctas * RC >= Cout > (p.ctas - 1) * RC
-                    assert rows_rule(Cout, NO, sms) == RC
+                    assert rows_rule(Cout, NO, sms) == RC and p.threads == threads
                     assert p.chunk_cols % (16 // eb) == 0 and p.chunks <= chunks
                     assert p.chunks * p.chunk_cols >= R > (p.chunks - 1) * p.chunk_cols
                     assert p.smem_bytes <= models.MAX_DYNAMIC_SMEM == 227 * 1024 - 256
-                    assert p.smem_bytes == (16 * ((p.chunks + 1) // 2) + 8 * 32 * 4 + RC * R * eb
+                    assert p.smem_bytes == (16 * ((p.chunks + 1) // 2) + threads // 32 * 32 * 4 + RC * R * eb
                                             + B * L * Cin * 4)
                     assert (sp.row_groups, sp.chunks, sp.smem_bytes, sp.splits, sp.passes, sp.bulk) == (
                         p.ctas, p.chunks, p.smem_bytes, 1, 1, 1)
                     assert sp.workspace_floats == sp.counters == 0
-    assert fitted > 300, fitted
+    assert fitted > 900, fitted
     for cin, cout, rc in ((1024, 1024, 8), (2048, 512, 4)):  # the 21 MB shapes: 128 CTAs, about one per SM
-        for chunks in (1, 2, 3, 4):
-            p = rmodels.rows_plan(1, cin, cout, 4, 5, 4, chunks, 132)
-            assert (p.ok, p.ctas, p.rows_per_cta, p.outputs, p.chunks) == (1, 128, rc, 4, chunks), (cin, chunks)
+        for chunks, threads in ((c, t) for c in (1, 2, 3, 4) for t in ROWS_THREADS):
+            p = rmodels.rows_plan(1, cin, cout, 4, 5, 4, chunks, threads, 132)
+            assert (p.ok, p.ctas, p.rows_per_cta, p.outputs, p.chunks, p.threads) == (1, 128, rc, 4, chunks,
+                                                                                      threads), (cin, chunks)
         assert models.stream_plan(1, cin, cout, 4, 5, 4, {"rows": 1}, 132).row_groups == 128
-    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 0, 132).ok
-    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 33, 132).ok
+    assert rmodels.rows_plan(1, 64, 64, 4, 5, 4, 2, 256, 132).ok
+    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 0, 256, 132).ok
+    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 33, 256, 132).ok
+    for threads in (0, 32, 128, 384, 768, 2048):  # only the instantiated THREADS plan
+        assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 2, threads, 132).ok, threads
     assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"rows": 2}).ok
-    for chunks in (0, 33):  # validated even when rows = 0 (conv1d_stream_plan checks every knob)
-        assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"row_chunks": chunks}).ok
-        assert not models.stream_plan(1, 64, 64, 4, 5, 4, {**RING, "row_chunks": chunks}).ok
+    for bad in ({"row_chunks": 0}, {"row_chunks": 33}, {"row_threads": 384}, {"row_threads": 128}):
+        # validated even when rows = 0 (conv1d_stream_plan checks every knob)
+        assert not models.stream_plan(1, 64, 64, 4, 5, 4, bad).ok, bad
+        assert not models.stream_plan(1, 64, 64, 4, 5, 4, {**RING, **bad}).ok, bad
     assert models.stream_plan(1, 3, 5, 13, 3, 4, {"rows": 1}).ok  # rows that do not fit: the ring kernel runs
     assert not models.stream_plan(1, 3, 5, 13, 3, 4, {"rows": 1}).rows
 
@@ -429,8 +439,9 @@ def rows_close(y, ref) -> bool:
     return bool(np.allclose(y, ref, atol=1e-12))
 
 
+@pytest.mark.parametrize("threads", ROWS_THREADS)
 @pytest.mark.parametrize("dims", ROWS_EMULATED, ids=lambda d: "b{}_c{}_c{}_l{}_k{}".format(*d))
-def test_rows_model_computes_the_convolution(dims):
+def test_rows_model_computes_the_convolution(dims, threads):
     x, w, b = random_inputs(*dims)
     ref = torch_conv(x, w, b)
     _, Cin, _, _, K = dims
@@ -440,24 +451,28 @@ def test_rows_model_computes_the_convolution(dims):
             continue
         for chunks in (1, 3, 32):
             for sms in (132, 2):
-                assert rmodels.rows_plan(*dims, eb, chunks, sms).ok, (eb, chunks, sms)
-                assert rows_close(rmodels.emulate_rows(x, w, b, eb, chunks, sms), ref), (eb, chunks, sms)
+                assert rmodels.rows_plan(*dims, eb, chunks, threads, sms).ok, (eb, chunks, sms)
+                assert rows_close(rmodels.emulate_rows(x, w, b, eb, chunks, threads, sms), ref), (eb, chunks, sms)
                 runs += 1
         # through stream.cu's dispatch: emulate_stream with rows = 1 is emulate_rows
-        assert rows_close(models.emulate_stream(x, w, b, eb, {"rows": 1, "row_chunks": 3}, 2), ref)
+        knobs = {"rows": 1, "row_chunks": 3, "row_threads": threads}
+        assert rows_close(models.emulate_stream(x, w, b, eb, knobs, 2), ref)
     assert runs >= 6  # fp32 at least
 
 
-def test_broken_rows_models_are_caught():
-    """The k carry dropped (long rows: K = 5 and 256 % 5 = 1, so every thread's k wraps) or the x bounds check
-    one past L (reads the next channel's first value, or past x): the comparison above fails."""
+@pytest.mark.parametrize("threads", ROWS_THREADS)
+def test_broken_rows_models_are_caught(threads):
+    """The k carry dropped (long rows: K = 5 and THREADS % 5 != 0, so k wraps for the threads that take a second
+    column) or the x bounds check one past L (reads the next channel's first value, or past x): the comparison
+    above fails."""
     for dims, chunks in (((1, 248, 20, 4, 5), 1), ((2, 300, 70, 2, 5), 1), ((1, 16, 33, 8, 3), 32)):
         x, w, b = random_inputs(*dims)
         ref = torch_conv(x, w, b)
-        assert rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2), ref)
-        assert not rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2, broken="bounds"), ref), dims
+        assert rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, threads, 2), ref)
+        assert not rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, threads, 2, broken="bounds"), ref), dims
         if dims != (1, 16, 33, 8, 3):  # 48 columns: no thread takes a second column, so no carry to drop
-            assert not rows_close(rmodels.emulate_rows(x, w, b, 4, chunks, 2, broken="k_carry"), ref), dims
+            broken = rmodels.emulate_rows(x, w, b, 4, chunks, threads, 2, broken="k_carry")
+            assert not rows_close(broken, ref), dims
 
 
 HOST_MAIN = r"""
@@ -466,24 +481,24 @@ HOST_MAIN = r"""
 int main() {
     const Conv1dStreamConfig ds;
     const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
-           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, dt.tile, dt.stages,
-           dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL, kConv1dRowsMaxChunks);
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
+           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, ds.row_threads, dt.tile,
+           dt.stages, dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL, kConv1dRowsMaxChunks);
     int B, Cin, Cout, L, K, sms;
     Conv1dStreamConfig s;
     Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
+    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
                  &s.rows_per_warp, &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &s.rows,
-                 &s.row_chunks, &t.tile, &t.stages, &t.ctas_per_sm, &t.cache_policy) == 18) {
+                 &s.row_chunks, &s.row_threads, &t.tile, &t.stages, &t.ctas_per_sm, &t.cache_policy) == 19) {
         const Conv1dShape shape{B, Cin, Cout, L, K};
         for (int elem : {4, 2}) {
             const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
             printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
                    p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks, p.chunks_per_cta, p.stages,
                    p.smem_bytes, p.workspace_floats, p.counters, p.bulk, p.rows);
-            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, sms);
-            printf("%d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
-                   r.smem_bytes);
+            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, s.row_threads, sms);
+            printf("%d %d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
+                   r.threads, r.smem_bytes);
         }
         const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
         printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm, q.tn,
@@ -495,7 +510,8 @@ int main() {
     }
 }
 """
-STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks")
+STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks",
+               "row_threads")
 TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
 
 
@@ -503,7 +519,8 @@ TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
 def test_compiled_host_logic_matches_models(tmp_path):
     """Build the real planners (host code of stream.cu/stream_rows.cu/tiled.cu/optimized.cu; device code only to
     unoptimized PTX, which keeps the build ~10 s), run them: stream plans (rows path included) and conv1d_rows_plan
-    itself at the knobs' row_chunks, both element sizes."""
+    itself at the knobs' row_chunks and row_threads (384: not instantiated, both planners reject it), both element
+    sizes."""
     (tmp_path / "main.cpp").write_text(HOST_MAIN)
     exe = tmp_path / "plans"
     build = subprocess.run([nvcc_path(), "-gencode", "arch=compute_90,code=compute_90", "-Xcicc", "-O0", f"-I{CONV}",
@@ -517,14 +534,15 @@ def test_compiled_host_logic_matches_models(tmp_path):
         for ln in (1, 4, 8, 13, 16, 300) for k in (1, 3, 5, 7, 9)]
     lines = []
     for i, s in enumerate(shapes):  # defaults, then random knob sets (some out of range: plans must agree too)
-        sk = [-1] * 8 if i % 3 == 0 else [int(rng.choice(v)) for v in (
+        sk = [-1] * len(STREAM_KEYS) if i % 3 == 0 else [int(rng.choice(v)) for v in (
             (2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9), (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2), (0, 1, 1, 1, 2),
-            (0, 1, 2, 3, 4, 7, 32, 33))]
+            (0, 1, 2, 3, 4, 7, 32, 33), (256, 512, 512, 1024, 1024, 384))]
         tk = [-1] * 4 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
                                                                          (0, 1, 2, 3), (-1, 0, 2))]
         lines.append((s, int(rng.choice((132, 114, 7))) if i % 3 else 132, sk, tk))
     defaults = [*models.STREAM_DEFAULTS.values(), *tmodels.TILED_DEFAULTS.values()]
-    rows_seen = [0, 0]  # plans with the rows path, and fitting rows plans at the knobs' row_chunks
+    rows_seen = [0, 0]  # plans with the rows path, and fitting rows plans at the knobs' row_chunks and row_threads
+    threads_seen = set()  # row_threads of the plans with the rows path
 
     def fill(knobs, keys, dflt):
         return [dflt[k] if v == -1 else v for k, v in zip(keys, knobs, strict=True)]
@@ -538,14 +556,20 @@ def test_compiled_host_logic_matches_models(tmp_path):
         got = list(map(int, line.split()))
         sknobs, tknobs = dict(zip(STREAM_KEYS, sk, strict=True)), dict(zip(TILED_KEYS, tk, strict=True))
         opt = omodels.optimized_config(s[1], s[3], s[4])
-        chunks = fill(sk, STREAM_KEYS, models.STREAM_DEFAULTS)[-1]
-        plans = [(models.stream_plan(*s, eb, sknobs, sms), rmodels.rows_plan(*s, eb, chunks, sms)) for eb in (4, 2)]
+        filled = dict(zip(STREAM_KEYS, fill(sk, STREAM_KEYS, models.STREAM_DEFAULTS), strict=True))
+        chunks, threads = filled["row_chunks"], filled["row_threads"]
+        plans = [(models.stream_plan(*s, eb, sknobs, sms), rmodels.rows_plan(*s, eb, chunks, threads, sms))
+                 for eb in (4, 2)]
         want = [v for sp, rp in plans for v in (*sp, *rp)]
         want += [*tmodels.tiled_plan(*s, tknobs, sms), *([1, *opt] if opt else [0, 0, 0, 0, 0])]
         assert got == want, (s, sms, sk, tk)
         rows_seen[0] += sum(sp.rows for sp, _ in plans)
         rows_seen[1] += sum(rp.ok for _, rp in plans)
+        threads_seen.update(threads for sp, _ in plans if sp.rows)
+        if threads == 384:  # not a THREADS instantiation: no rows plan, and no stream plan at all
+            assert not any(sp.ok or rp.ok for sp, rp in plans), (s, sk)
     assert min(rows_seen) > 50, rows_seen  # the rows path was really compared
+    assert threads_seen == set(ROWS_THREADS), threads_seen
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
@@ -564,31 +588,34 @@ ROWS_GPU_CASES = [c for n in ("smoke", "pusht", "sweep") for c in SUITES[n] if c
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
+@pytest.mark.parametrize("threads", ROWS_THREADS)
 @pytest.mark.parametrize("chunks", [1, 4, 32])
-def test_stream_rows_parity_on_gpu(chunks):
+def test_stream_rows_parity_on_gpu(chunks, threads):
     """stream_rows.cu through the stream binding (rows = 1) on every suite case with B*L <= 16, each dtype it
-    declares: the family's parity check and tolerance; the rows kernel is planned exactly where the model fits."""
+    declares, at each threads per CTA: the family's parity check and tolerance; the rows kernel is planned exactly
+    where the model fits."""
     from dpk.parity import ParityResult, compare, reference_output, resolve_tolerance
 
     ext = cuda_kernels.extension()
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     variant = REG.variant("conv1d", "stream")
-    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks)
+    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks, row_threads=threads)
     planned = 0
     assert ROWS_GPU_CASES
     for case in ROWS_GPU_CASES:
         x, w, b = FAM.make_inputs(case, dev)
         B, Cin, Cout, L, K = shape(case)
         eb = x.element_size()
-        plan = tuple(ext.stream_plan(B, Cin, Cout, L, K, eb, knobs.as_list()[:9], sms))
-        fits = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, sms).ok
-        assert plan == tuple(models.stream_plan(B, Cin, Cout, L, K, eb, {"rows": 1, "row_chunks": chunks}, sms))
+        plan = tuple(ext.stream_plan(B, Cin, Cout, L, K, eb, knobs.as_list()[:len(models.STREAM_DEFAULTS)], sms))
+        fits = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, threads, sms).ok
+        assert plan == tuple(models.stream_plan(B, Cin, Cout, L, K, eb,
+                                                {"rows": 1, "row_chunks": chunks, "row_threads": threads}, sms))
         assert plan[-1] == fits, case.id
         planned += fits
         out = cuda_kernels.run_stream(x, w, b, knobs)
         torch.cuda.synchronize()
-        res = ParityResult("conv1d", f"stream rows chunks{chunks}", case.id, case.dtype)
+        res = ParityResult("conv1d", f"stream rows chunks{chunks} t{threads}", case.id, case.dtype)
         compare([out], reference_output(FAM, case, dev), resolve_tolerance(FAM, variant, case), res)
         assert out.dtype == x.dtype and out.shape == (B, Cout, L), case.id
         assert res.mismatches == 0, (case.id, res.summary())

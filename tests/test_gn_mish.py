@@ -288,7 +288,6 @@ def _fused_module():
     ({"max_threads": 16}, ValueError, "max_threads"),
     ({"max_cluster": 0}, ValueError, "max_cluster"),
     ({"t1_persistent": 2}, ValueError, "t1_persistent"),
-    ({"t1_serial": -1}, ValueError, "t1_serial"),
     ({"t0_threads": 64.0}, TypeError, "must be an int"),
 ])
 def test_tuning_rejects_bad_knobs(registry, knobs, exc, msg):
@@ -306,7 +305,7 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, 1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, 1]
+    assert tuning(64, 2, 32, 1, 128, 4, 3, 1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1]
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -423,8 +422,8 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
-              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_serial) != 9) return 2;
+    if (scanf("%d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
+              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent) != 8) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -486,7 +485,7 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid.
+// "B C L G vec <8 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid.
 #include <cstdio>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
@@ -495,10 +494,9 @@ int main() {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
                (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster, &k.t0_threads,
-               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_serial) == 14) {
+               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent) == 13) {
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; });
     printf("%d %d %d %d %d %d %d %lld\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
            pl.items, pl.chunks, (long long)pl.grid);
@@ -585,11 +583,11 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((17, 256, 16, 8), 4): (0, 128, 64, 2, 1, 2, 1, 68),      # 136 groups > 132: 2 per thread
         ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2),         # n = 128: a warp per group, 4 per CTA
         ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8),       # n = 1024 (256 vectors): a 256-thread CTA
-        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 8, 4, 1, 4096),   # bf16: the same 32 elements per thread
+        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048),   # bf16: 64 elements, fp32's 128 bytes per thread
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128),    # 64 groups: 2 x 1024 on 128 SMs
         ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64),      # few: 4 x 256 holds it; split to K = 8
         ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64),     # 16 x 256 would pass K <= 8: 8 x 512
-        ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 4, 8, 8, 256),   # <= 8 streamed chunks: K = 4, not 1
+        ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 16, 128),  # one CTA per SM: K = 2, 16 chunks each
         ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64),    # K <= 8: streams 4 chunks
         ((16, 1024, 2048, 8), 4): (1, 256, 0, 1, 16, 8, 2, 2048),  # 128 groups: many-groups rule
         ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512),     # n = 8192: one 256-thread CTA per group

@@ -1,6 +1,7 @@
 """NumPy model of stream_rows.cu (conventions as in _models.py): the planner conv1d_rows_plan and a CTA-by-CTA
 emulation of conv1d_rows_kernel (shared-memory layout, the bulk copies warp 0 issues and each chunk's mbarrier byte
-count, the per-thread column loop with its incremental (ci, k), the x gather, the reduce-scatter, the 8-warp sum).
+count, the per-thread column loop with its incremental (ci, k), the x gather, the reduce-scatter, the sum over warps)
+at any of its thread counts (the `row_threads` knob: the kernel's THREADS template parameter).
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import numpy as np
 
 from ._models import MAX_DYNAMIC_SMEM, reduce_scatter, stream_writers
 
-ROWS_THREADS, ROWS_WARPS = 256, 8  # kThreads, kWarps
+ROWS_THREAD_COUNTS = (256, 512, 1024)  # THREADS instantiated in stream_rows.cu (conv1d_rows_plan accepts these)
 ROWS_MAX_CHUNKS = 32               # conv1d.h kConv1dRowsMaxChunks
 ROWS_MAX_ACC = 32                  # RC * NO accumulators per thread (the warp-totals row holds NV <= 32)
 ROWS_TX_LIMIT = 1 << 20            # an mbarrier's tx-count range (bytes per phase)
@@ -23,14 +24,15 @@ class RowsPlan(NamedTuple):
     ctas: int = 0
     chunks: int = 0
     chunk_cols: int = 0
+    threads: int = 0
     smem_bytes: int = 0
 
 
-def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chunks: int,
+def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chunks: int, threads: int,
               num_sms: int = 132) -> RowsPlan:
     """conv1d_rows_plan."""
-    if (elem_bytes not in (2, 4) or not 1 <= chunks <= ROWS_MAX_CHUNKS or num_sms < 1
-            or min(B, Cin, Cout, L, K) < 1):
+    if (elem_bytes not in (2, 4) or not 1 <= chunks <= ROWS_MAX_CHUNKS or threads not in ROWS_THREAD_COUNTS
+            or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
         return RowsPlan()
     bl, r = B * L, Cin * K
     if bl > 16 or r * elem_bytes % 16 != 0:
@@ -45,34 +47,36 @@ def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chun
     vec = 16 // elem_bytes  # chunk columns: whole 16-byte vectors
     chunk_cols = ((r + chunks - 1) // chunks + vec - 1) // vec * vec
     n_chunks = (r + chunk_cols - 1) // chunk_cols
-    nbytes = 16 * ((n_chunks + 1) // 2) + ROWS_WARPS * 32 * 4 + rows_per_cta * r * elem_bytes + bl * Cin * 4
+    nbytes = 16 * ((n_chunks + 1) // 2) + threads // 32 * 32 * 4 + rows_per_cta * r * elem_bytes + bl * Cin * 4
     if nbytes > MAX_DYNAMIC_SMEM:
         return RowsPlan()
-    return RowsPlan(1, outputs, rows_per_cta, ctas, n_chunks, chunk_cols, nbytes)
+    return RowsPlan(1, outputs, rows_per_cta, ctas, n_chunks, chunk_cols, threads, nbytes)
 
 
 def rows_smem_layout(p: RowsPlan, R: int, elem_bytes: int) -> dict[str, int]:
     """Byte offsets of the kernel's shared-memory regions (bars, red, slab, xs) and the end: its pointer math on
     `extern __shared__ uint4 smem[]`."""
-    red = 16 * ((p.chunks + 1) // 2)           # smem + (chunks + 1) / 2 uint4s
-    slab = red + ROWS_WARPS * 32 * 4           # red + kWarps rows of float[32]
+    red = 16 * ((p.chunks + 1) // 2)             # smem + (chunks + 1) / 2 uint4s
+    slab = red + p.threads // 32 * 32 * 4        # red + kWarps = THREADS / 32 rows of float[32]
     xs = slab + p.rows_per_cta * R * elem_bytes  # slab + RC * R elements of T
     return {"bars": 0, "red": red, "slab": slab, "xs": xs}
 
 
 def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int = 4, chunks: int = 4,
-                 num_sms: int = 132, broken: str | None = None) -> np.ndarray:
-    """conv1d_rows_kernel CTA by CTA (threads vectorized). Checks the layout against the plan's smem_bytes, that
-    warp 0's copies write every slab element of rows < rows-in-CTA exactly once (the rest zeroed), with 16-byte
-    sizes and addresses, and that each chunk's expect_tx equals the bytes of its copies; that the incremental
-    (ci, k) equals (j / K, j % K); that every warp-total slot and every y element is written exactly once.
+                 threads: int = 256, num_sms: int = 132, broken: str | None = None) -> np.ndarray:
+    """conv1d_rows_kernel CTA by CTA with THREADS = `threads` (threads vectorized). Checks the layout against the
+    plan's smem_bytes, that warp 0's copies write every slab element of rows < rows-in-CTA exactly once (the rest
+    zeroed), with 16-byte sizes and addresses, and that each chunk's expect_tx equals the bytes of its copies; that
+    the incremental (ci, k) equals (j / K, j % K); that every warp-total slot (THREADS / 32 rows) and every y element
+    is written exactly once.
     `broken` (tests only): "k_carry" drops the (ci, k) carry (and its check), "bounds" lets the gather read at
     l + k - pad == L: the numeric comparison must catch both. Reads past the x region give NaN."""
     B, Cin, L = x.shape
     Cout, _, K = w.shape
-    p = rows_plan(B, Cin, Cout, L, K, elem_bytes, chunks, num_sms)
+    p = rows_plan(B, Cin, Cout, L, K, elem_bytes, chunks, threads, num_sms)
     assert p.ok
-    NO, RC = p.outputs, p.rows_per_cta
+    NO, RC, T = p.outputs, p.rows_per_cta, p.threads
+    warps = T // 32
     NV = RC * NO
     assert NV <= ROWS_MAX_ACC
     R, BL, pad = Cin * K, B * L, K // 2
@@ -81,14 +85,14 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
     assert lay["xs"] % 4 == 0 and lay["xs"] + BL * Cin * 4 == p.smem_bytes <= MAX_DYNAMIC_SMEM
     wflat = w.reshape(-1)
     nx = BL * Cin
-    tid = np.arange(ROWS_THREADS)
+    tid = np.arange(T)
     # this thread's NO outputs (the same for every thread): xs offset xo[o] + ci*L + k, valid iff xl[o] + k in [0, L)
     o = np.arange(NO)
     b_o, l_o = o // L, o - (o // L) * L
     xo = b_o * Cin * L + l_o - pad
     xl = np.where(o < BL, l_o - pad, -(1 << 20))
-    step_ci = ROWS_THREADS // K
-    step_k = ROWS_THREADS - step_ci * K
+    step_ci = T // K
+    step_k = T - step_ci * K
     y = np.full((B, Cout, L), np.nan)
     y_writes = np.zeros((B, Cout, L), int)
     for cta in range(p.ctas):
@@ -114,16 +118,16 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
                 writes[off:off + cols] += 1
                 tx[c] += nbytes
         assert tx == expect and max(expect) < ROWS_TX_LIMIT  # each barrier's one phase completes exactly
-        # 2. x as fp32 (threads i = tid, tid + 256, ...: all of [0, nx)); a NaN guard past it ("not x")
-        xs = np.concatenate([x.reshape(-1).astype(np.float64), np.full(ROWS_THREADS, np.nan)])
+        # 2. x as fp32 (threads i = tid, tid + THREADS, ...: all of [0, nx)); a NaN guard past it ("not x")
+        xs = np.concatenate([x.reshape(-1).astype(np.float64), np.full(T, np.nan)])
         # rows past Cout (last CTA only): zeroed, never copied
-        for i0 in range(rows * R, RC * R, ROWS_THREADS):
-            i = i0 + tid[: min(ROWS_THREADS, RC * R - i0)]
+        for i0 in range(rows * R, RC * R, T):
+            i = i0 + tid[: min(T, RC * R - i0)]
             slab[i] = 0.0
             writes[i] += 1
         assert (writes == 1).all(), (cta, rows)  # copied or zeroed, once; copies only for rows < rows
-        # 3. per chunk: columns j = j0 + tid + 256 i
-        acc = np.zeros((ROWS_THREADS, NV))
+        # 3. per chunk: columns j = j0 + tid + THREADS i
+        acc = np.zeros((T, NV))
         for c in range(p.chunks):
             j0 = c * p.chunk_cols
             j1 = min(R, j0 + p.chunk_cols)
@@ -136,12 +140,12 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
                 ok = (pos >= 0) & ((pos <= L) if broken == "bounds" else (pos < L))  # unsigned compare < L
                 ok &= act[:, None]
                 idx = np.where(ok, xo[None, :] + ci[:, None] * L + k[:, None], 0)
-                assert (idx < nx + ROWS_THREADS).all()
+                assert (idx < nx + T).all()
                 xv = np.where(ok, xs[idx], 0.0)
                 for r in range(RC):
                     wv = np.where(act, slab[r * R + np.minimum(j, j1 - 1)], 0.0)
                     acc[:, r * NO:(r + 1) * NO] += wv[:, None] * xv
-                j = j + ROWS_THREADS
+                j = j + T
                 ci = ci + step_ci
                 k = k + step_k
                 if broken != "k_carry":
@@ -149,10 +153,10 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
                     k = np.where(carry, k - K, k)
                     ci = np.where(carry, ci + 1, ci)
                     assert (ci == j // K).all() and (k == j % K).all()
-        # 4. warp totals (reduce-scatter), the 8 warps' totals in order, bias, y
-        red = np.full((ROWS_WARPS, 32), np.nan)
-        red_writes = np.zeros((ROWS_WARPS, 32), int)
-        for warp in range(ROWS_WARPS):
+        # 4. warp totals (reduce-scatter), the warps' totals in order, bias, y
+        red = np.full((warps, 32), np.nan)
+        red_writes = np.zeros((warps, 32), int)
+        for warp in range(warps):
             kept = reduce_scatter(acc[warp * 32:(warp + 1) * 32])
             for lane, i, index in stream_writers(NV):
                 red[warp, index] = kept[lane, i]
@@ -162,7 +166,7 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
             r, o_ = t // NO, t % NO
             if r < rows and o_ < BL:
                 s = 0.0
-                for wp in range(ROWS_WARPS):
+                for wp in range(warps):
                     s += red[wp, t]
                 b, ll, row = o_ // L, o_ % L, row0 + r
                 y[b, row, ll] = s + bias[row]

@@ -43,7 +43,7 @@ TILED_SHAPES = [f"b{b}_{s}" for b in (8, 64) for s in ("c1024_c1024_l4_k5", "c20
 ROWS_SHAPES = ["c512_c1024_l4_k5", "c512_c512_l8_k5", "c1024_c256_l8_k5", "c256_c512_l8_k5", "c256_c256_l16_k5",
                "c512_c512_l4_k5"]
 COMBOS = ((4, 2), (4, 1), (2, 2), (2, 4), (4, 4), (8, 1), (8, 2))  # stream.cu kCombos (RPW, V)
-N_STREAM_KNOBS = 9  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
+N_STREAM_KNOBS = 10  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
 
 
 def shape_of(name: str) -> tuple[int, int, int, int, int]:
@@ -53,7 +53,7 @@ def shape_of(name: str) -> tuple[int, int, int, int, int]:
 
 def stream_name(k: ck.StreamKnobs) -> str:
     if k.rows == 1:
-        return f"stream rows chunks{k.row_chunks} pol{k.cache_policy}"
+        return f"stream rows chunks{k.row_chunks} t{k.row_threads} pol{k.cache_policy}"
     return (f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
             f" bulk{k.bulk}")
 
@@ -202,13 +202,17 @@ def sweep_stream(bench: Bench, quick: bool) -> None:
 
 def sweep_rows(bench: Bench, quick: bool) -> None:
     """stream_rows.cu (whole rows per CTA) against the split kernel on every batch-1 Push-T conv it fits: chunks
-    per row x L2 policy, then the best per shape and over the two 21 MB shapes."""
+    per row x L2 policy at the default threads per CTA, then threads per CTA (256, 512, 1024) x chunks (1, 2, 4) at
+    policy 1, then the best per shape and over the two 21 MB shapes."""
     base = replace(defaults()[0], rows=0)
     shapes = STREAM_SHAPES + [s for s in ROWS_SHAPES if s not in STREAM_SHAPES]
     scores: dict[ck.StreamKnobs, float] = {base: bench.stream(base, shapes)}
-    for chunks in ((1, 2, 3) if quick else (1, 2, 3, 4)):
-        for pol in (0, 1):
-            k = replace(base, rows=1, row_chunks=chunks, cache_policy=pol)
+    configs = [replace(base, rows=1, row_chunks=chunks, cache_policy=pol)
+               for chunks in ((1, 2, 3) if quick else (1, 2, 3, 4)) for pol in (0, 1)]
+    configs += [replace(base, rows=1, row_chunks=chunks, row_threads=threads, cache_policy=1)
+                for threads in (256, 512, 1024) for chunks in (1, 2, 4)]
+    for k in configs:
+        if k not in scores:  # the default threads per CTA at policy 1 is in both lists
             scores[k] = bench.stream(k, shapes)
     for shape in shapes:
         rows = [r for r in bench.rows if r["shape"] == shape and r["config"].startswith("stream")]

@@ -77,6 +77,7 @@ struct Conv1dStreamConfig {
     int rows = 1;           // 1: stream_rows.cu (whole rows per CTA, all bulk copies up front) where its plan
                             // fits (conv1d_rows_plan); 0 or a shape it does not fit: the kernel above
     int row_chunks = 2;     // stream_rows.cu: column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
+    int row_threads = 256;  // stream_rows.cu: threads per CTA, 256, 512 or 1024
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -99,15 +100,18 @@ struct Conv1dStreamPlan {
 // stream_rows.cu: whole rows per CTA for B*L <= 16 (see its header). Pure host logic.
 constexpr int kConv1dRowsMaxChunks = 32;
 struct Conv1dRowsPlan {
-    bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem)
+    bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem) or
+                        // threads is not 256, 512 or 1024
     int outputs;        // NO: B*L padded to 4, 8 or 16
     int rows_per_cta;   // RC: 1, 2, 4 or 8 (RC * NO <= 32), the least power of two >= Cout / SMs
     int ctas;           // ceil(Cout / RC)
     int chunks;         // column chunks per row: one bulk copy per row each, all on one mbarrier per chunk
     int chunk_cols;     // columns per chunk, whole 16-byte vectors
+    int threads;        // per CTA: 256, 512 or 1024 (warp totals: threads / 32 rows of 32 fp32)
     size_t smem_bytes;  // mbarriers + warp totals + RC rows of w + x as fp32
 };
-Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int num_sms);
+// threads: 256, 512 or 1024 (anything else: not ok)
+Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int num_sms);
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
                                Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream);
 

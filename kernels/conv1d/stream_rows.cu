@@ -3,14 +3,15 @@
 // y[b, co, l] = bias[co] + sum_{j < R} w[co, j] * x[b, j / K, l + j % K - K/2], R = Cin*K; x: B x Cin x L,
 // w: Cout x R, y: B x Cout x L; fp32, bf16 or fp16 storage, fp32 products and sums. For B*L <= 16, rows of whole
 // 16-byte vectors (R * sizeof(T) % 16 == 0), a 16-byte aligned w, and RC rows + x fitting shared memory.
-// Mapping: one CTA of 256 threads per RC consecutive output rows (RC = 1, 2, 4, 8, chosen so the grid is about
-// one CTA per SM: 1024->1024 @4 is 128 CTAs of 8 rows = 160 KB each). The CTA's RC rows are one contiguous
-// range of w; it copies all of it into shared memory at once with TMA bulk copies (one per row and column
-// chunk, every chunk completing on its own mbarrier), so all of the kernel's bytes are requested within the
+// Mapping: one CTA of THREADS = 256, 512 or 1024 threads per RC consecutive output rows (RC = 1, 2, 4, 8, chosen
+// so the grid is about one CTA per SM: 1024->1024 @4 is 128 CTAs of 8 rows = 160 KB each). The CTA's RC rows are
+// one contiguous range of w; it copies all of it into shared memory at once with TMA bulk copies (one per row and
+// column chunk, every chunk completing on its own mbarrier), so all of the kernel's bytes are requested within the
 // first microsecond and no ring slot is ever reused. Meanwhile the threads load x into shared memory as fp32.
-// Per chunk (in order, as it lands): thread t takes columns j = t, t + 256, ... of the chunk, gathers its NO
+// Per chunk (in order, as it lands): thread t takes columns j = t, t + THREADS, ... of the chunk, gathers its NO
 // x values once and feeds each to RC rows (RC x NO FMAs per column). Then a transposing warp reduction, a sum
-// over the 8 warps in shared memory, the bias, y.
+// over the THREADS / 32 warps in shared memory, the bias, y. THREADS is the `row_threads` knob (default 256); 512
+// and 1024 test whether more warps per SM (one CTA each) hide the x gather's shared-memory latency better.
 // Differences from stream.cu (per-lane 512-byte pieces of 8 x 8 rows in a ring, split over Cin*K across 8 CTAs,
 // the last CTA summing the partials): each CTA owns whole rows, so there is no cross-CTA reduction (no
 // workspace, no counters, no second phase after the last byte) and each CTA reads one contiguous 160 KB range;
@@ -32,24 +33,22 @@ using conv1d_stream_device::Elem;
 using conv1d_stream_device::ilog2;
 using conv1d_stream_device::ReduceScatter;
 
-constexpr int kThreads = 256;
-constexpr int kWarps = kThreads / 32;
-
 struct RowsArgs {
     int B, Cin, Cout, L, K;
     int chunks, chunk_cols, policy;
 };
 
-// Shared memory: [chunks mbarriers, 8 B each, padded to 16 B][warp totals: 8 x 32 fp32][RC rows of R elements]
-// [x: B*Cin*L fp32]; no static shared memory, so the whole opt-in limit is the plan's
-template <typename T, int NO, int RC>
-__global__ void __launch_bounds__(kThreads)
+// Shared memory: [chunks mbarriers, 8 B each, padded to 16 B][warp totals: THREADS / 32 x 32 fp32][RC rows of R
+// elements][x: B*Cin*L fp32]; no static shared memory, so the whole opt-in limit is the plan's
+template <typename T, int NO, int RC, int THREADS>
+__global__ void __launch_bounds__(THREADS)
 conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
                    const T* __restrict__ w,     // Cout x R, 16-byte aligned rows
                    const T* __restrict__ bias,  // Cout
                    T* __restrict__ y,           // B x Cout x L
                    RowsArgs a) {
     using El = Elem<T>;
+    constexpr int kWarps = THREADS / 32;
     constexpr int NV = RC * NO;
     constexpr int H = NV >= 32 ? 5 : ilog2(NV), KEEP = NV >> H, SHIFT = 5 - H;
     extern __shared__ uint4 smem[];
@@ -83,9 +82,9 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     }
     // 2. x as fp32 (its lines are shared by every CTA: mostly L2 hits after the first)
     const int nx = BL * a.Cin;
-    for (int i = tid; i < nx; i += kThreads) xs[i] = El::to_float(x[i]);
+    for (int i = tid; i < nx; i += THREADS) xs[i] = El::to_float(x[i]);
     // rows past Cout (last CTA only) read zeros: they are never copied
-    for (int i = rows * R + tid; i < RC * R; i += kThreads) slab[i] = El::from_float(0.0f);
+    for (int i = rows * R + tid; i < RC * R; i += THREADS) slab[i] = El::from_float(0.0f);
     __syncthreads();  // x, the zeroed rows and the barriers' init are visible to every thread
 
     // this thread's NO outputs: xs offset of (b, l) at column (ci, k) is xo[o] + ci*L + k, valid iff
@@ -101,13 +100,13 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
 #pragma unroll
     for (int i = 0; i < NV; ++i) acc[i] = 0.0f;
 
-    // 3. per chunk as it lands: columns j = tid + 256 i, x gathered once, RC rows
-    const int step_ci = kThreads / a.K, step_k = kThreads - step_ci * a.K;
+    // 3. per chunk as it lands: columns j = tid + THREADS i, x gathered once, RC rows
+    const int step_ci = THREADS / a.K, step_k = THREADS - step_ci * a.K;
     for (int c = 0; c < a.chunks; ++c) {
         const int j0 = c * a.chunk_cols, j1 = min(R, j0 + a.chunk_cols);
         ca::mbar_wait_parity(bars + 8u * c, 0);
         int j = j0 + tid, ci = j / a.K, k = j - ci * a.K;
-        for (; j < j1; j += kThreads) {
+        for (; j < j1; j += THREADS) {
             float xv[NO];
 #pragma unroll
             for (int o = 0; o < NO; ++o) {
@@ -125,7 +124,7 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
         }
     }
 
-    // 4. warp totals (reduce-scatter), the 8 warps' totals in order, bias, y
+    // 4. warp totals (reduce-scatter), the warps' totals in order, bias, y
     ReduceScatter<NV, 16>::run(acc, lane);
     if ((lane & ((1 << SHIFT) - 1)) == 0) {
 #pragma unroll
@@ -144,25 +143,36 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     }
 }
 
-template <typename T, int NO, int RC>
+template <typename T, int NO, int RC, int THREADS>
 cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
                    cudaStream_t stream) {
-    constexpr auto kernel = conv1d_rows_kernel<T, NO, RC>;
+    constexpr auto kernel = conv1d_rows_kernel<T, NO, RC, THREADS>;
     const cudaError_t err = ca::allow_dynamic_smem<kernel>(p.smem_bytes);
     if (err != cudaSuccess) return err;
     const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, policy};
-    kernel<<<p.ctas, kThreads, p.smem_bytes, stream>>>(x, w, b, y, args);
+    kernel<<<p.ctas, THREADS, p.smem_bytes, stream>>>(x, w, b, y, args);
     return cudaGetLastError();
+}
+
+template <typename T, int NO, int RC>
+cudaError_t launch_rc(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
+                      cudaStream_t st) {
+    switch (p.threads) {
+        case 256: return launch<T, NO, RC, 256>(x, w, b, y, s, p, policy, st);
+        case 512: return launch<T, NO, RC, 512>(x, w, b, y, s, p, policy, st);
+        case 1024: return launch<T, NO, RC, 1024>(x, w, b, y, s, p, policy, st);
+        default: return cudaErrorInvalidValue;
+    }
 }
 
 template <typename T, int NO>
 cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
                       cudaStream_t st) {
     switch (p.rows_per_cta) {
-        case 1: return launch<T, NO, 1>(x, w, b, y, s, p, policy, st);
-        case 2: return launch<T, NO, 2>(x, w, b, y, s, p, policy, st);
-        case 4: if constexpr (NO <= 8) return launch<T, NO, 4>(x, w, b, y, s, p, policy, st); break;
-        case 8: if constexpr (NO <= 4) return launch<T, NO, 8>(x, w, b, y, s, p, policy, st); break;
+        case 1: return launch_rc<T, NO, 1>(x, w, b, y, s, p, policy, st);
+        case 2: return launch_rc<T, NO, 2>(x, w, b, y, s, p, policy, st);
+        case 4: if constexpr (NO <= 8) return launch_rc<T, NO, 4>(x, w, b, y, s, p, policy, st); break;
+        case 8: if constexpr (NO <= 4) return launch_rc<T, NO, 8>(x, w, b, y, s, p, policy, st); break;
         default: break;
     }
     return cudaErrorInvalidValue;
@@ -183,10 +193,11 @@ cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, C
 
 }  // namespace
 
-Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int num_sms) {
+Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int num_sms) {
     Conv1dRowsPlan p{};
-    if ((elem_bytes != 2 && elem_bytes != 4) || chunks < 1 || chunks > kConv1dRowsMaxChunks || num_sms < 1 ||
-        s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
+    if ((elem_bytes != 2 && elem_bytes != 4) || chunks < 1 || chunks > kConv1dRowsMaxChunks ||
+        (threads != 256 && threads != 512 && threads != 1024) || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 ||
+        s.L < 1 || s.K < 1)
         return p;
     const long long bl = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
     if (bl > 16 || (r * elem_bytes) % 16 != 0) return p;
@@ -199,7 +210,8 @@ Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int n
     const long long vec = 16 / elem_bytes;  // chunk columns: whole 16-byte vectors, so every copy is aligned
     p.chunk_cols = static_cast<int>(((r + chunks - 1) / chunks + vec - 1) / vec * vec);
     p.chunks = static_cast<int>((r + p.chunk_cols - 1) / p.chunk_cols);
-    const long long bytes = 16LL * ((p.chunks + 1) / 2) + kWarps * 32 * 4 +
+    p.threads = threads;
+    const long long bytes = 16LL * ((p.chunks + 1) / 2) + threads / 32 * 32 * 4 +
                             static_cast<long long>(p.rows_per_cta) * r * elem_bytes + bl * s.Cin * 4;
     if (bytes > ca::kMaxDynamicSmem) return Conv1dRowsPlan{};
     p.smem_bytes = static_cast<size_t>(bytes);

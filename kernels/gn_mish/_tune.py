@@ -51,8 +51,7 @@ TIER0_CONFIGS: dict[str, dict[str, int]] = {
 }
 # Tier 1 (clusters): CTA size (a small CTA whose cluster cannot hold the group streams: chunks re-read from L2),
 # elements per thread (t1_items counts vectors: 4 fp32 vectors = 16 elements), cluster cap, residency cap,
-# persistent double-buffered clusters, and the first (serial) streaming loop next to the default (half chunks
-# overlapped) on the default and the two best B = 8 / B = 16 plans.
+# persistent double-buffered clusters.
 TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default": {},
     "t1=128": {"t1_threads": 128},
@@ -73,9 +72,6 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default,2cta/sm": {"t1_ctas_per_sm": 2},
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
-    "serial": {"t1_serial": 1},
-    "k<=2,t1=1024,serial": {"max_cluster": 2, "t1_threads": 1024, "t1_serial": 1},
-    "k<=8,t1=512,serial": {"max_cluster": 8, "t1_threads": 512, "t1_serial": 1},
 }
 
 
@@ -112,8 +108,7 @@ def _plan_text(plan: dict[str, int]) -> str:
     if plan["tier"] == 0:
         return (f"t0 {plan['group_threads']}thr/grp x{plan['groups_per_cta']}/cta items{plan['items']} "
                 f"grid{plan['grid']} res{plan['resident_ctas']}")
-    flags = ("p" if plan["persistent"] else "") + ("s" if plan["serial"] else "")
-    return (f"t1{flags} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
+    return (f"t1{'p' if plan['persistent'] else ''} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
             f"ch{plan['chunks']} grid{plan['grid']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
 
 

@@ -36,9 +36,7 @@ class Tuning:
     size (a multiple of 32); t1_items: tier 1 vectors per thread per chunk (rounded to 32 or 16 elements);
     t1_ctas_per_sm: at most this many tier 1 CTAs per SM (padding with dynamic shared memory); t1_persistent:
     1 = resident clusters loop over the groups, loading the next group while reducing and storing the current
-    one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one);
-    t1_serial: 1 = the cluster kernel's first streaming loop, whose chunk loads wait for the previous chunk's
-    reduction (0: the next half chunk's loads overlap the current half's reduction and stores).
+    one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).
     """
 
     max_threads: int = 1024
@@ -49,7 +47,6 @@ class Tuning:
     t1_items: int = 0
     t1_ctas_per_sm: int = 0
     t1_persistent: int = 0
-    t1_serial: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -73,9 +70,8 @@ class Tuning:
             problems.append(f"t1_items={self.t1_items} < 0")
         if not 0 <= self.t1_ctas_per_sm <= 32:
             problems.append(f"t1_ctas_per_sm={self.t1_ctas_per_sm} not in 0..32")
-        for name in ("t1_persistent", "t1_serial"):
-            if getattr(self, name) not in (0, 1):
-                problems.append(f"{name}={getattr(self, name)} is not 0 or 1")
+        if self.t1_persistent not in (0, 1):
+            problems.append(f"t1_persistent={self.t1_persistent} is not 0 or 1")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 
@@ -125,7 +121,7 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, serial, stage, smem_bytes, resident_ctas (CTAs of this plan that fit at once)."""
+    slice_vecs, chunks, persistent, stage, smem_bytes, resident_ctas (CTAs of this plan that fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 
 

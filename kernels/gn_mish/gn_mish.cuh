@@ -32,8 +32,6 @@ struct Limits {
   int t1_ctas_per_sm = 0;     // tier 1: at most this many CTAs per SM (dynamic shared memory padding)
   int t1_persistent = 0;      // tier 1: 1 = persistent clusters that load the next group while reducing and
                               // storing the current one (when the group fits in half the registers)
-  int t1_serial = 0;          // tier 1: 1 = the first streaming loop (each chunk's loads wait for the previous
-                              // chunk's reduction); 0 = loads of the next half chunk overlap the current one's
 };
 
 // How one call maps onto the GPU.
@@ -49,7 +47,6 @@ struct Plan {
   int64_t slice_vecs = 0;  // tier 1: vectors of a group handled by one CTA
   int chunks = 1;          // tier 1: register chunks per slice: 1 = x read once; > 1 = streaming (L2 re-reads)
   int persistent = 0;      // tier 1: 1 = grid of resident clusters looping over groups, double-buffered
-  int serial = 0;          // tier 1 cluster kernel: 1 = chunk loads wait for the previous chunk (t1_serial)
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
   int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging, or padding for t1_ctas_per_sm)
 };

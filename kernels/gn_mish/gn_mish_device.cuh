@@ -57,6 +57,26 @@ struct alignas(sizeof(T) * VEC) Pack {
   __device__ __forceinline__ void set(int k, float v) { w[k] = float_to_word<T>(v); }
 };
 
+// 16-bit vectors: pairs of elements in 32-bit words. As an array of uint16 each element took a register of its
+// own (bf16 tier 1 with 64 elements per thread spilled 148 B); packed, 8 vectors of 8 take 32 registers.
+// set() must be called for k = 0, 1, 2, ... in order (an even k starts its word).
+template <typename T>
+struct alignas(16) Pack16x8 {
+  uint32_t u[4];
+  __device__ __forceinline__ float get(int k) const {
+    const uint32_t word = u[k >> 1];
+    return word_to_float<T>(uint16_t((k & 1) ? word >> 16 : word & 0xffffu));
+  }
+  __device__ __forceinline__ void set(int k, float v) {
+    const uint32_t bits = float_to_word<T>(v);
+    u[k >> 1] = (k & 1) ? (u[k >> 1] | (bits << 16)) : bits;
+  }
+};
+template <>
+struct Pack<__half, 8> : Pack16x8<__half> {};
+template <>
+struct Pack<__nv_bfloat16, 8> : Pack16x8<__nv_bfloat16> {};
+
 // 1/x to ~1 ulp with one MUFU.RCP (no range fix-ups): for counts and for m + 2 >= 2 below.
 __device__ __forceinline__ float fast_rcp(float x) {
   float r;

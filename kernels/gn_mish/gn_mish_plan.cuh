@@ -20,7 +20,6 @@ constexpr int kStaticSmemBound = 512;     // >= the tier-1 kernel's static share
 // Default plan constants, measured with _tune.py on an H200 (NOTES.md "Default plan"):
 constexpr int kTier0CtaThreads = 128;     // tier 0: CTAs of 128 threads (one group of 128, 2 of 64, 4 warps)
 constexpr int kFewCtaMaxCluster = 8;      // tier 1, few groups: clusters of <= 8 CTAs (16 x 512/1024 measured slow)
-constexpr int kFewMaxChunks = 8;          // tier 1, few groups: streaming up to 8 chunks per CTA (measured at 8)
 constexpr int kManyCtaThreads = 256;      // tier 1, many groups: 256-thread CTAs in clusters of <= 8 ...
 constexpr int kManyStreamMinThreads = 128;  // ... else 16-CTA clusters of 128-256 threads, >= 2 chunks per CTA
 
@@ -28,11 +27,12 @@ constexpr int kManyStreamMinThreads = 128;  // ... else 16-CTA clusters of 128-2
 // 1024-thread CTA leaves per thread.
 __host__ __device__ constexpr int tier0_max_cta(int items) { return items >= 4 ? 256 : kMaxThreads; }
 
-// Tier 1 vectors per thread per chunk, compiled per vector width: 32 or 16 elements (8 on the scalar path).
-// fp16/bf16 stay at 32 elements, not 64: unpacked to fp32 they would need ~120 registers (a 1024-thread CTA
-// allows 64).
-__host__ __device__ constexpr int tier1_items_full(int vec) { return vec == 1 ? 8 : 32 / vec; }
-__host__ __device__ constexpr int tier1_items_half(int vec) { return vec == 1 ? 8 : 16 / vec; }
+// Tier 1 vectors per thread per chunk: 8 (128 bytes: 32 fp32 or 64 fp16/bf16 elements, kept packed in 32
+// registers) or 4 (8 on the scalar path). Until the 16-bit packs held pairs per 32-bit word, fp16/bf16 used 4
+// vectors (32 elements, half the bytes of fp32 per thread): an H200 tune put bf16 b64_c512_l1024 at 43 % of
+// copy bandwidth with those, 53 % with CTAs of twice the elements per thread.
+__host__ __device__ constexpr int tier1_items_full(int /*vec*/) { return 8; }
+__host__ __device__ constexpr int tier1_items_half(int vec) { return vec == 1 ? 8 : 4; }
 
 // n / d for 0 <= n, d < 2^31 as a multiply-high, add and shift (d fixed per launch, computed on the host):
 // the index math (channel of an element, group within a sample) without integer division on the GPU.
@@ -85,7 +85,7 @@ inline bool limits_ok(const Limits& l) {
          (l.t0_threads == 0 || l.t0_threads * l.t0_groups_per_cta <= kMaxThreads) &&
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
-         (l.t1_persistent == 0 || l.t1_persistent == 1) && (l.t1_serial == 0 || l.t1_serial == 1);
+         (l.t1_persistent == 0 || l.t1_persistent == 1);
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -178,17 +178,17 @@ void pick_tier1_explicit(const Limits& lim, const DeviceInfo& dev, int64_t nv, i
 }
 
 // Default, few groups (2 * groups <= SMs; measured at B = 1 and 8, 8 and 64 groups): clusters of <= 8 CTAs, at
-// most one CTA per SM (groups * K <= SMs; more CTAs per group only to keep <= 8 streamed chunks per CTA), the
-// smallest of 256/512/1024-thread CTAs whose cluster holds the group, else streaming through 1024-thread CTAs;
-// then split (down to 2 vectors per thread) up to that cap. H200: b1_c2048_l1024 8 x 1024 (14.5 us, 16 x 512
-// 17.3); B = 8 (64 groups) 2-CTA clusters on 128 SMs: b8_c256_l1024 2 x 512 (11.0 us; 1 x 1024 11.7),
-// b8_c512_l1024 2 x 1024 (14.9; 1 x 1024 streaming 2 chunks 18.3), b8_c2048_l1024 2 x 1024 streaming 4 chunks
-// (48.4 us; 1 x 1024 streaming 8 55.3, 8 x 256 57.1, 16 x 128 56.5).
+// most one CTA per SM (groups * K <= SMs), the smallest of 256/512/1024-thread CTAs whose cluster holds the group,
+// else streaming through 1024-thread CTAs; then split (down to 2 vectors per thread) up to that cap. H200:
+// b1_c2048_l1024 8 x 1024 (14.5 us, 16 x 512 17.3); B = 8 (64 groups) 2-CTA clusters on 128 SMs: b8_c256_l1024
+// 2 x 512 (11.0 us; 1 x 1024 11.7), b8_c512_l1024 2 x 1024 (14.9; 1 x 1024 streaming 2 chunks 18.3),
+// b8_c2048_l1024 2 x 1024 streaming 4 chunks (48.4 us; 1 x 1024 streaming 8 55.3, 8 x 256 57.1, 16 x 128 56.5),
+// b8_c2048_l4096 2 x 1024 streaming 16 chunks (194 us; the earlier rule's 4 x 1024 streaming 8 on two waves of
+// 256 CTAs, which raised K to keep <= 8 chunks per CTA: 220 us; bf16 105-109 vs 155 us).
 inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap,
                            Plan* out) {
   const int big = std::min(kMaxThreads, thread_cap);
-  const int stream_k = pow2_ceil(ceil_div(nv, int64_t(big) * out->items * kFewMaxChunks));
-  const int cap = std::min({max_k, kFewCtaMaxCluster, std::max(pow2_floor(dev.sms / groups), stream_k)});
+  const int cap = std::min({max_k, kFewCtaMaxCluster, pow2_floor(dev.sms / groups)});
   out->threads = 0;
   for (int threads : {256, 512, 1024}) {
     threads = std::min(threads, thread_cap);
@@ -257,7 +257,6 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   out->slice_vecs = ceil_div(nv, out->cluster);
   out->chunks = int(ceil_div(out->slice_vecs, int64_t(out->threads) * out->items));
   out->grid = groups * out->cluster;
-  out->serial = lim.t1_serial;
   const int64_t span = slice_channels(p, out->slice_vecs, vec);
   out->stage = span <= kStageMaxChannels ? int(span) : 0;
   out->smem_bytes = tier1_smem(lim, dev, out->stage * 2 * int(sizeof(float)));

@@ -30,7 +30,6 @@ struct Tier1Args {
   int cluster_shift;  // log2(CTAs per group)
   int stage;          // channels staged in shared memory per CTA (0: gamma/beta read through L1)
   float inv_n, eps;
-  int serial;         // 1: each chunk's loads wait for the previous chunk's reduction (knob t1_serial)
 };
 
 // Cluster barrier halves (sm_90). arrive(release): this thread's earlier writes become visible to the cluster
@@ -52,13 +51,13 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// Two-pass statistics of this thread's valid vectors first + j*stride < end, J0 <= j < J1, held in registers.
-template <typename T, int VEC, int ITEMS, int J0 = 0, int J1 = ITEMS>
+// Two-pass statistics of this thread's valid vectors first + j*stride < end held in registers.
+template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ Stats thread_stats(const Pack<T, VEC> (&raw)[ITEMS], int first, int stride, int end) {
   float sum = 0.f;
   int count = 0;
 #pragma unroll
-  for (int j = J0; j < J1; ++j) {
+  for (int j = 0; j < ITEMS; ++j) {
     if (first + j * stride < end) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) sum += raw[j].get(k);
@@ -69,7 +68,7 @@ __device__ __forceinline__ Stats thread_stats(const Pack<T, VEC> (&raw)[ITEMS], 
   const float mean = sum * fast_rcp(float(count));
   float m2 = 0.f;
 #pragma unroll
-  for (int j = J0; j < J1; ++j) {
+  for (int j = 0; j < ITEMS; ++j) {
     if (first + j * stride < end) {
 #pragma unroll
       for (int k = 0; k < VEC; ++k) {
@@ -81,41 +80,13 @@ __device__ __forceinline__ Stats thread_stats(const Pack<T, VEC> (&raw)[ITEMS], 
   return {float(count), mean, m2};
 }
 
-// Vectors J0 <= j < J1 of a chunk (all of it by default) into registers.
-template <typename T, int VEC, int ITEMS, int J0 = 0, int J1 = ITEMS>
+template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void load_chunk(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
                                            int first, int stride, int end) {
 #pragma unroll
-  for (int j = J0; j < J1; ++j) {
+  for (int j = 0; j < ITEMS; ++j) {
     const int v = first + j * stride;
     if (v < end) raw[j] = src[v];
-  }
-}
-
-// Where a CTA finds gamma/beta: staged (stage channels from c_low, as fp32) or read through L1.
-template <typename T>
-struct Affine {
-  const float* staged;
-  int stage, c_low;
-  FastDiv L;  // channel length
-  const T* gamma_g;
-  const T* beta_g;
-};
-
-// Normalise, apply the affine and mish to vectors J0 <= j < J1 of a chunk held in registers, and store them.
-template <typename T, int VEC, int ITEMS, int J0, int J1>
-__device__ __forceinline__ void store_part(const Pack<T, VEC> (&raw)[ITEMS], Pack<T, VEC>* __restrict__ dst,
-                                           int first, int stride, int end, const Affine<T>& f, float mean,
-                                           float rstd) {
-#pragma unroll
-  for (int j = J0; j < J1; ++j) {
-    const int v = first + j * stride;
-    if (v < end) {
-      const int c = int(f.L.div(uint32_t(v * VEC))), L = int(f.L.d);
-      const float g0 = f.stage ? f.staged[c - f.c_low] : to_float(__ldg(f.gamma_g + c));
-      const float b0 = f.stage ? f.staged[f.stage + c - f.c_low] : to_float(__ldg(f.beta_g + c));
-      dst[v] = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, f.gamma_g, f.beta_g, mean, rstd);
-    }
   }
 }
 
@@ -185,51 +156,38 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
   const T* gamma_g = gamma + c_first;
   const T* beta_g = beta + c_first;
+  const int L = int(a.L.d);
   const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
 
   P raw[ITEMS];
   Stats acc = {0.f, 0.f, 0.f};
-  auto stage_affine = [&] {  // while the first loads are in flight
-    for (int i = threadIdx.x; i < a.stage && c_low + i < a.cg; i += stride) {
-      staged[i] = to_float(__ldg(gamma_g + c_low + i));
-      staged[a.stage + i] = to_float(__ldg(beta_g + c_low + i));
+  for (int ci = 0; ci < chunks; ++ci) {
+    const int first = v_begin + ci * chunk + int(threadIdx.x);
+    load_chunk(raw, src, first, stride, v_end);
+    if (ci == 0) {  // while the first chunk is in flight
+      for (int i = threadIdx.x; i < a.stage && c_low + i < a.cg; i += stride) {
+        staged[i] = to_float(__ldg(gamma_g + c_low + i));
+        staged[a.stage + i] = to_float(__ldg(beta_g + c_low + i));
+      }
     }
-  };
-  const Affine<T> aff = {staged, a.stage, c_low, a.L, gamma_g, beta_g};
-  constexpr int H = ITEMS / 2;
-  if (a.serial) {  // each chunk's loads wait for the previous chunk's statistics (the pipe drains per chunk)
-    for (int ci = 0; ci < chunks; ++ci) {
-      const int first = v_begin + ci * chunk + int(threadIdx.x);
-      load_chunk(raw, src, first, stride, v_end);
-      if (ci == 0) stage_affine();
-      acc = merge(acc, thread_stats(raw, first, stride, v_end));
-    }
-  } else if (chunks > 0) {  // halves: the next half's loads are in flight while this half is reduced
-    load_chunk<T, VEC, ITEMS, 0, H>(raw, src, v_begin + int(threadIdx.x), stride, v_end);
-    for (int ci = 0; ci < chunks; ++ci) {
-      const int first = v_begin + ci * chunk + int(threadIdx.x);
-      load_chunk<T, VEC, ITEMS, H, ITEMS>(raw, src, first, stride, v_end);
-      if (ci == 0) stage_affine();
-      acc = merge(acc, thread_stats<T, VEC, ITEMS, 0, H>(raw, first, stride, v_end));
-      if (ci + 1 < chunks) load_chunk<T, VEC, ITEMS, 0, H>(raw, src, first + chunk, stride, v_end);
-      acc = merge(acc, thread_stats<T, VEC, ITEMS, H, ITEMS>(raw, first, stride, v_end));
-    }
+    acc = merge(acc, thread_stats(raw, first, stride, v_end));
   }
   const Stats total = cluster_collect(cta_reduce_publish(acc, cluster, false, warp_part, &cta_part), cluster,
                                      &cta_part);
   const float mean = total.mean;
   const float rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
-  // The last chunk is still in registers; the others are re-read newest first (most likely still in L2).
-  for (int ci = chunks - 1; ci >= 0; --ci) {
+  for (int ci = chunks - 1; ci >= 0; --ci) {  // the last chunk is still in registers; re-read newest first
     const int first = v_begin + ci * chunk + int(threadIdx.x);
-    if (a.serial) {
-      if (ci != chunks - 1) load_chunk(raw, src, first, stride, v_end);
-      store_part<T, VEC, ITEMS, 0, ITEMS>(raw, dst, first, stride, v_end, aff, mean, rstd);
-    } else {  // the previous chunk's halves load while this chunk's halves are normalised and stored
-      store_part<T, VEC, ITEMS, 0, H>(raw, dst, first, stride, v_end, aff, mean, rstd);
-      if (ci > 0) load_chunk<T, VEC, ITEMS, 0, H>(raw, src, first - chunk, stride, v_end);
-      store_part<T, VEC, ITEMS, H, ITEMS>(raw, dst, first, stride, v_end, aff, mean, rstd);
-      if (ci > 0) load_chunk<T, VEC, ITEMS, H, ITEMS>(raw, src, first - chunk, stride, v_end);
+    if (ci != chunks - 1) load_chunk(raw, src, first, stride, v_end);
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int v = first + j * stride;
+      if (v < v_end) {
+        const int c = int(a.L.div(uint32_t(v * VEC)));
+        const float g0 = a.stage ? staged[c - c_low] : to_float(__ldg(gamma_g + c));
+        const float b0 = a.stage ? staged[a.stage + c - c_low] : to_float(__ldg(beta_g + c));
+        dst[v] = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, gamma_g, beta_g, mean, rstd);
+      }
     }
   }
   if (cluster > 1) cluster_wait();  // peers have finished reading this CTA's partial
