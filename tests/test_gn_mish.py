@@ -517,8 +517,10 @@ H200_DEFAULTS = {
     "b64_c256_l16_g8": ("t0=64,2/cta", 2.25, 2.25, "t0=64,2/cta", (0, 128, 64, 2, 1, 2, 1, 256)),
     "b64_c512_l4_g8": ("warp", 2.01, 2.01, "warp", (0, 128, 32, 4, 1, 2, 1, 128)),
     "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096)),
-    "b64_c1024_l1024_g8": ("t1=128", 174.59, 174.59, "t1=128", (1, 128, 0, 1, 16, 8, 2, 8192)),
-    "b64_c2048_l1024_g8": ("t1=256", 352.58, 352.58, "t1=256", (1, 256, 0, 1, 16, 8, 2, 8192)),
+    "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048)),
+    "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096)),
+    "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024)),
+    "b8_c2048_l4096_g8": ("default", 193.14, 193.14, "default", (1, 1024, 0, 1, 2, 8, 16, 128)),
     "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128)),
     "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128)),
     "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128)),
@@ -575,8 +577,9 @@ def test_default_plan_is_the_h200_tune_best(registry, plan_printer):
 
 def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     """The rule's regimes (NOTES.md): tier 0 one vector per thread up to 132 groups, two beyond, 128-thread CTAs;
-    tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM, <= 8 streamed chunks per CTA; else 256-thread
-    CTAs in clusters of <= 8, or 16-CTA clusters of 128-256 threads streaming >= 2 chunks."""
+    tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM (streaming as many chunks as it takes); else
+    256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
+    where 8 CTAs suffice)."""
     default = _fused_module().Tuning().as_list()
     cases = {  # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid)
         ((8, 256, 16, 8), 4): (0, 128, 128, 1, 1, 1, 1, 64),      # 64 groups <= 132 SMs: 1 vector per thread
@@ -589,7 +592,8 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64),     # 16 x 256 would pass K <= 8: 8 x 512
         ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 16, 128),  # one CTA per SM: K = 2, 16 chunks each
         ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64),    # K <= 8: streams 4 chunks
-        ((16, 1024, 2048, 8), 4): (1, 256, 0, 1, 16, 8, 2, 2048),  # 128 groups: many-groups rule
+        ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024),  # 128 groups: many, streaming 8 x 512
+        ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks
         ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512),     # n = 8192: one 256-thread CTA per group
         ((12, 256, 256, 8), 4): (1, 256, 0, 1, 2, 8, 1, 192),     # 96 groups < SMs, one CTA each: split in two
     }

@@ -33,7 +33,7 @@ class Tuning:
     max_threads, max_cluster: caps on tier 1's CTA size and CTAs per group (tests force the cluster and
     streaming paths with them). t0_threads: tier 0 threads per group, a power of two in 32..1024 (32 = a warp
     per group, up to one CTA per group); t0_groups_per_cta: tier 0 groups per CTA. t1_threads: tier 1 CTA
-    size (a multiple of 32); t1_items: tier 1 vectors per thread per chunk (rounded to 32 or 16 elements);
+    size (a multiple of 32); t1_items: tier 1 vectors per thread per chunk (rounded to 8 or 4 vectors of 16 bytes);
     t1_ctas_per_sm: at most this many tier 1 CTAs per SM (padding with dynamic shared memory); t1_persistent:
     1 = resident clusters loop over the groups, loading the next group while reducing and storing the current
     one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).

@@ -21,7 +21,7 @@ constexpr int kStaticSmemBound = 512;     // >= the tier-1 kernel's static share
 constexpr int kTier0CtaThreads = 128;     // tier 0: CTAs of 128 threads (one group of 128, 2 of 64, 4 warps)
 constexpr int kFewCtaMaxCluster = 8;      // tier 1, few groups: clusters of <= 8 CTAs (16 x 512/1024 measured slow)
 constexpr int kManyCtaThreads = 256;      // tier 1, many groups: 256-thread CTAs in clusters of <= 8 ...
-constexpr int kManyStreamMinThreads = 128;  // ... else 16-CTA clusters of 128-256 threads, >= 2 chunks per CTA
+constexpr int kManyStreamThreads = 512;   // ... else streaming through clusters of <= 8 CTAs of 512 threads
 
 // Tier 0 CTA size cap for a number of vectors per thread: 4 and 8 need more than the 64 registers that a
 // 1024-thread CTA leaves per thread.
@@ -206,25 +206,23 @@ inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, in
   while (out->cluster * 2 <= cap && ceil_div(nv, out->cluster * 2) >= 2 * out->threads) out->cluster *= 2;
 }
 
-// Default, many groups (2 * groups > SMs; measured at B = 64, 512 groups): CTAs of 256 threads in clusters of
-// <= 8 holding the group in registers; larger groups take 16-CTA clusters of 128-256 threads that stream >= 2
-// chunks per CTA (16-CTA clusters of single-chunk CTAs measured slow). H200: b64_c512_l1024 8 x 256 (86.9 us),
-// b64_c1024_l1024 16 x 128, 2 chunks (174.6; 16 x 256, 1 chunk: 218.5), b64_c2048_l1024 16 x 256, 2 chunks
-// (352.6; 16 x 128, 4 chunks: 371.0; 16 x 512: 481.7).
-template <typename Usable>
-void pick_tier1_many(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap,
-                     Usable&& usable, Plan* out) {
+// Default, many groups (2 * groups > SMs; measured at B = 64 and 16, 512 and 128 groups): CTAs of 256 threads in
+// clusters of <= 8 holding the group in registers; larger groups stream through clusters of <= 8 CTAs of 512
+// threads, 2 chunks per CTA where 8 CTAs suffice. H200: b64_c512_l1024 8 x 256 (86.9-87.8 us), b64_c1024_l1024
+// 4 x 512, 2 chunks (167.0; 8 x 256, 2 chunks 168.0; the earlier rule's 16-CTA clusters, 16 x 128: 174.8),
+// b64_c2048_l1024 8 x 512, 2 chunks (329.7; 16 x 256: 352.0, 16 x 512, 1 chunk: 480.7), b16_c1024_l2048 8 x 512,
+// 2 chunks (92.9; 16 x 256: 98.3-99.1).
+inline void pick_tier1_many(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap,
+                            Plan* out) {
   out->threads = std::min(kManyCtaThreads, thread_cap);
   out->cluster = pow2_ceil(ceil_div(nv, int64_t(out->threads) * out->items));
-  if (out->cluster > std::min(max_k, kPortableCluster)) {
-    for (out->cluster = max_k;; out->cluster /= 2) {
-      const int want = pow2_ceil(ceil_div(nv, int64_t(out->cluster) * out->items * 2));
-      out->threads = std::min(std::max(want, kManyStreamMinThreads), std::min(kManyCtaThreads, thread_cap));
-      if (out->cluster == 1 || usable(out->cluster, out->threads)) break;
-    }
+  const int cap = std::min(max_k, kPortableCluster);
+  if (out->cluster > cap) {
+    out->threads = std::min(kManyStreamThreads, thread_cap);
+    out->cluster = std::min(cap, pow2_ceil(ceil_div(nv, int64_t(out->threads) * out->items * 2)));
   }
   // Fewer groups than SMs and a group in one CTA: split it in two (down to 2 vectors per thread).
-  while (out->cluster * 2 <= std::min(max_k, kPortableCluster) && groups * out->cluster < dev.sms &&
+  while (out->cluster * 2 <= cap && groups * out->cluster < dev.sms &&
          ceil_div(nv, out->cluster * 2) >= 2 * out->threads) {
     out->cluster *= 2;
   }
@@ -252,7 +250,7 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   } else if (2 * groups <= dev.sms) {
     pick_tier1_few(dev, nv, groups, max_k, thread_cap, out);
   } else {
-    pick_tier1_many(dev, nv, groups, max_k, thread_cap, usable, out);
+    pick_tier1_many(dev, nv, groups, max_k, thread_cap, out);
   }
   out->slice_vecs = ceil_div(nv, out->cluster);
   out->chunks = int(ceil_div(out->slice_vecs, int64_t(out->threads) * out->items));
