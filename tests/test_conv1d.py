@@ -421,7 +421,8 @@ def test_rows_plan_on_suite_shapes():
     for threads in (0, 32, 128, 384, 768, 2048):  # only the instantiated THREADS plan
         assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 2, threads, 132).ok, threads
     assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"rows": 2}).ok
-    for bad in ({"row_chunks": 0}, {"row_chunks": 33}, {"row_threads": 384}, {"row_threads": 128}):
+    for bad in ({"row_chunks": 0}, {"row_chunks": 33}, {"row_threads": 384}, {"row_threads": 128},
+                {"row_ahead": -2}, {"row_ahead": 33}):
         # validated even when rows = 0 (conv1d_stream_plan checks every knob)
         assert not models.stream_plan(1, 64, 64, 4, 5, 4, bad).ok, bad
         assert not models.stream_plan(1, 64, 64, 4, 5, 4, {**RING, **bad}).ok, bad
@@ -452,7 +453,9 @@ def test_rows_model_computes_the_convolution(dims, threads):
         for chunks in (1, 3, 32):
             for sms in (132, 2):
                 assert rmodels.rows_plan(*dims, eb, chunks, threads, sms).ok, (eb, chunks, sms)
-                assert rows_close(rmodels.emulate_rows(x, w, b, eb, chunks, threads, sms), ref), (eb, chunks, sms)
+                for ahead in ((0,) if chunks == 1 else (0, 1, 2)):  # row_ahead: chunks in flight
+                    out = rmodels.emulate_rows(x, w, b, eb, chunks, threads, sms, ahead=ahead)
+                    assert rows_close(out, ref), (eb, chunks, sms, ahead)
                 runs += 1
         # through stream.cu's dispatch: emulate_stream with rows = 1 is emulate_rows
         knobs = {"rows": 1, "row_chunks": 3, "row_threads": threads}
@@ -481,15 +484,17 @@ HOST_MAIN = r"""
 int main() {
     const Conv1dStreamConfig ds;
     const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
-           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, ds.row_threads, dt.tile,
-           dt.stages, dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL, kConv1dRowsMaxChunks);
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
+           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, ds.row_threads,
+           ds.row_ahead, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL,
+           kConv1dRowsMaxChunks);
     int B, Cin, Cout, L, K, sms;
     Conv1dStreamConfig s;
     Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
+    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
                  &s.rows_per_warp, &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &s.rows,
-                 &s.row_chunks, &s.row_threads, &t.tile, &t.stages, &t.ctas_per_sm, &t.cache_policy) == 19) {
+                 &s.row_chunks, &s.row_threads, &s.row_ahead, &t.tile, &t.stages, &t.ctas_per_sm,
+                 &t.cache_policy) == 20) {
         const Conv1dShape shape{B, Cin, Cout, L, K};
         for (int elem : {4, 2}) {
             const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
@@ -511,7 +516,7 @@ int main() {
 }
 """
 STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks",
-               "row_threads")
+               "row_threads", "row_ahead")
 TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
 
 
@@ -536,7 +541,7 @@ def test_compiled_host_logic_matches_models(tmp_path):
     for i, s in enumerate(shapes):  # defaults, then random knob sets (some out of range: plans must agree too)
         sk = [-1] * len(STREAM_KEYS) if i % 3 == 0 else [int(rng.choice(v)) for v in (
             (2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9), (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2), (0, 1, 1, 1, 2),
-            (0, 1, 2, 3, 4, 7, 32, 33), (256, 512, 512, 1024, 1024, 384))]
+            (0, 1, 2, 3, 4, 7, 32, 33), (256, 512, 512, 1024, 1024, 384), (0, 0, 1, 2, 3, 32, 33, -2))]
         tk = [-1] * 4 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
                                                                          (0, 1, 2, 3), (-1, 0, 2))]
         lines.append((s, int(rng.choice((132, 114, 7))) if i % 3 else 132, sk, tk))
@@ -588,9 +593,10 @@ ROWS_GPU_CASES = [c for n in ("smoke", "pusht", "sweep") for c in SUITES[n] if c
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
+@pytest.mark.parametrize("ahead", [0, 1, 3])
 @pytest.mark.parametrize("threads", ROWS_THREADS)
 @pytest.mark.parametrize("chunks", [1, 4, 32])
-def test_stream_rows_parity_on_gpu(chunks, threads):
+def test_stream_rows_parity_on_gpu(chunks, threads, ahead):
     """stream_rows.cu through the stream binding (rows = 1) on every suite case with B*L <= 16, each dtype it
     declares, at each threads per CTA: the family's parity check and tolerance; the rows kernel is planned exactly
     where the model fits."""
@@ -600,7 +606,7 @@ def test_stream_rows_parity_on_gpu(chunks, threads):
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     variant = REG.variant("conv1d", "stream")
-    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks, row_threads=threads)
+    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead)
     planned = 0
     assert ROWS_GPU_CASES
     for case in ROWS_GPU_CASES:
@@ -610,12 +616,13 @@ def test_stream_rows_parity_on_gpu(chunks, threads):
         plan = tuple(ext.stream_plan(B, Cin, Cout, L, K, eb, knobs.as_list()[:len(models.STREAM_DEFAULTS)], sms))
         fits = rmodels.rows_plan(B, Cin, Cout, L, K, eb, chunks, threads, sms).ok
         assert plan == tuple(models.stream_plan(B, Cin, Cout, L, K, eb,
-                                                {"rows": 1, "row_chunks": chunks, "row_threads": threads}, sms))
+                                                {"rows": 1, "row_chunks": chunks, "row_threads": threads,
+                                                 "row_ahead": ahead}, sms))
         assert plan[-1] == fits, case.id
         planned += fits
         out = cuda_kernels.run_stream(x, w, b, knobs)
         torch.cuda.synchronize()
-        res = ParityResult("conv1d", f"stream rows chunks{chunks} t{threads}", case.id, case.dtype)
+        res = ParityResult("conv1d", f"stream rows chunks{chunks} t{threads} ahead{ahead}", case.id, case.dtype)
         compare([out], reference_output(FAM, case, dev), resolve_tolerance(FAM, variant, case), res)
         assert out.dtype == x.dtype and out.shape == (B, Cout, L), case.id
         assert res.mismatches == 0, (case.id, res.summary())

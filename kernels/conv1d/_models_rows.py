@@ -63,12 +63,13 @@ def rows_smem_layout(p: RowsPlan, R: int, elem_bytes: int) -> dict[str, int]:
 
 
 def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int = 4, chunks: int = 4,
-                 threads: int = 256, num_sms: int = 132, broken: str | None = None) -> np.ndarray:
+                 threads: int = 256, num_sms: int = 132, broken: str | None = None, ahead: int = 0) -> np.ndarray:
     """conv1d_rows_kernel CTA by CTA with THREADS = `threads` (threads vectorized). Checks the layout against the
     plan's smem_bytes, that warp 0's copies write every slab element of rows < rows-in-CTA exactly once (the rest
     zeroed), with 16-byte sizes and addresses, and that each chunk's expect_tx equals the bytes of its copies; that
     the incremental (ci, k) equals (j / K, j % K); that every warp-total slot (THREADS / 32 rows) and every y element
-    is written exactly once.
+    is written exactly once; with `ahead` (row_ahead) D in 1..chunks-1, that warp 0 issues chunks 0..D-1 first and
+    chunk c + D after chunk c's wait, and that every chunk's copies are all issued before its wait.
     `broken` (tests only): "k_carry" drops the (ci, k) carry (and its check), "bounds" lets the gather read at
     l + k - pad == L: the numeric comparison must catch both. Reads past the x region give NaN."""
     B, Cin, L = x.shape
@@ -77,6 +78,8 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
     assert p.ok
     NO, RC, T = p.outputs, p.rows_per_cta, p.threads
     warps = T // 32
+    assert 0 <= ahead <= ROWS_MAX_CHUNKS
+    D = ahead if 1 <= ahead < p.chunks else p.chunks  # chunks in flight (RowsArgs.ahead)
     NV = RC * NO
     assert NV <= ROWS_MAX_ACC
     R, BL, pad = Cin * K, B * L, K // 2
@@ -98,26 +101,30 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
     for cta in range(p.ctas):
         row0 = cta * RC
         rows = min(RC, Cout - row0)
-        # 1. warp 0: lane 0 declares each chunk's bytes, then lanes issue the copies (chunk-major)
+        # 1. warp 0: lane 0 declares each chunk's bytes, then lanes issue the copies of chunks 0..D-1 (issue_chunk:
+        # lane r copies row r of chunk c); chunk c + D follows chunk c's wait (step 3)
         expect = [rows * min(p.chunk_cols, R - c * p.chunk_cols) * elem_bytes for c in range(p.chunks)]
+        assert max(expect) < ROWS_TX_LIMIT
         tx = [0] * p.chunks
         slab = np.full(RC * R, np.nan)
         writes = np.zeros(RC * R, int)
-        for lane in range(32):
-            for i in range(lane, p.chunks * rows, 32):
-                c = i // rows
-                r = i - c * rows
-                col = c * p.chunk_cols
-                cols = min(p.chunk_cols, R - col)
-                off = r * R + col
-                src = row0 * R + off
-                nbytes = cols * elem_bytes
-                assert r < rows and cols > 0 and nbytes % 16 == 0
-                assert (lay["slab"] + off * elem_bytes) % 16 == 0 and src * elem_bytes % 16 == 0  # w 16-byte aligned
-                slab[off:off + cols] = wflat[src:src + cols]
-                writes[off:off + cols] += 1
-                tx[c] += nbytes
-        assert tx == expect and max(expect) < ROWS_TX_LIMIT  # each barrier's one phase completes exactly
+
+        def issue(c: int, rows: int = rows, row0: int = row0, slab: np.ndarray = slab, writes: np.ndarray = writes,
+                  tx: list[int] = tx) -> None:  # this CTA's state, bound now
+            for lane in range(32):
+                if lane < rows:
+                    col = c * p.chunk_cols
+                    cols = min(p.chunk_cols, R - col)
+                    off = lane * R + col
+                    src = row0 * R + off
+                    nbytes = cols * elem_bytes
+                    assert cols > 0 and nbytes % 16 == 0
+                    assert (lay["slab"] + off * elem_bytes) % 16 == 0 and src * elem_bytes % 16 == 0  # aligned w
+                    slab[off:off + cols] = wflat[src:src + cols]
+                    writes[off:off + cols] += 1
+                    tx[c] += nbytes
+        for c in range(D):
+            issue(c)
         # 2. x as fp32 (threads i = tid, tid + THREADS, ...: all of [0, nx)); a NaN guard past it ("not x")
         xs = np.concatenate([x.reshape(-1).astype(np.float64), np.full(T, np.nan)])
         # rows past Cout (last CTA only): zeroed, never copied
@@ -125,10 +132,12 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
             i = i0 + tid[: min(T, RC * R - i0)]
             slab[i] = 0.0
             writes[i] += 1
-        assert (writes == 1).all(), (cta, rows)  # copied or zeroed, once; copies only for rows < rows
         # 3. per chunk: columns j = j0 + tid + THREADS i
         acc = np.zeros((T, NV))
         for c in range(p.chunks):
+            assert tx[c] == expect[c], (cta, c)  # the barrier's one phase completes: every copy of chunk c issued
+            if c + D < p.chunks:
+                issue(c + D)
             j0 = c * p.chunk_cols
             j1 = min(R, j0 + p.chunk_cols)
             j = j0 + tid
@@ -153,6 +162,7 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
                     k = np.where(carry, k - K, k)
                     ci = np.where(carry, ci + 1, ci)
                     assert (ci == j // K).all() and (k == j % K).all()
+        assert tx == expect and (writes == 1).all(), (cta, rows)  # copied or zeroed, once; copies for rows < rows
         # 4. warp totals (reduce-scatter), the warps' totals in order, bias, y
         red = np.full((warps, 32), np.nan)
         red_writes = np.zeros((warps, 32), int)

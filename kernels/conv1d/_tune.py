@@ -43,7 +43,7 @@ TILED_SHAPES = [f"b{b}_{s}" for b in (8, 64) for s in ("c1024_c1024_l4_k5", "c20
 ROWS_SHAPES = ["c512_c1024_l4_k5", "c512_c512_l8_k5", "c1024_c256_l8_k5", "c256_c512_l8_k5", "c256_c256_l16_k5",
                "c512_c512_l4_k5"]
 COMBOS = ((4, 2), (4, 1), (2, 2), (2, 4), (4, 4), (8, 1), (8, 2))  # stream.cu kCombos (RPW, V)
-N_STREAM_KNOBS = 10  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
+N_STREAM_KNOBS = 11  # binding.cpp kStreamKnobs: the stream part of StreamKnobs.as_list(), the tiled knobs follow
 
 
 def shape_of(name: str) -> tuple[int, int, int, int, int]:
@@ -53,7 +53,8 @@ def shape_of(name: str) -> tuple[int, int, int, int, int]:
 
 def stream_name(k: ck.StreamKnobs) -> str:
     if k.rows == 1:
-        return f"stream rows chunks{k.row_chunks} t{k.row_threads} pol{k.cache_policy}"
+        ahead = f" ahead{k.row_ahead}" if k.row_ahead > 0 else ""
+        return f"stream rows chunks{k.row_chunks} t{k.row_threads}{ahead} pol{k.cache_policy}"
     return (f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
             f" bulk{k.bulk}")
 
@@ -203,7 +204,8 @@ def sweep_stream(bench: Bench, quick: bool) -> None:
 def sweep_rows(bench: Bench, quick: bool) -> None:
     """stream_rows.cu (whole rows per CTA) against the split kernel on every batch-1 Push-T conv it fits: chunks
     per row x L2 policy at the default threads per CTA, then threads per CTA (256, 512, 1024) x chunks (1, 2, 4) at
-    policy 1, then the best per shape and over the two 21 MB shapes."""
+    policy 1, then chunks (4, 8, 16) requested `row_ahead` (1, 2, 3) at a time at 256 and 512 threads, then the best
+    per shape and over the two 21 MB shapes."""
     base = replace(defaults()[0], rows=0)
     shapes = STREAM_SHAPES + [s for s in ROWS_SHAPES if s not in STREAM_SHAPES]
     scores: dict[ck.StreamKnobs, float] = {base: bench.stream(base, shapes)}
@@ -211,6 +213,8 @@ def sweep_rows(bench: Bench, quick: bool) -> None:
                for chunks in ((1, 2, 3) if quick else (1, 2, 3, 4)) for pol in (0, 1)]
     configs += [replace(base, rows=1, row_chunks=chunks, row_threads=threads, cache_policy=1)
                 for threads in (256, 512, 1024) for chunks in (1, 2, 4)]
+    configs += [replace(base, rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead, cache_policy=1)
+                for threads in (256, 512) for chunks in (4, 8, 16) for ahead in (1, 2, 3)]
     for k in configs:
         if k not in scores:  # the default threads per CTA at policy 1 is in both lists
             scores[k] = bench.stream(k, shapes)

@@ -24,7 +24,7 @@
 namespace {
 
 using Knobs = std::optional<std::vector<int64_t>>;
-constexpr size_t kTiledKnobs = 4, kStreamKnobs = 10;  // lengths of the knob lists (see *_config below)
+constexpr size_t kTiledKnobs = 4, kStreamKnobs = 11;  // lengths of the knob lists (see *_config below)
 
 Conv1dShape check_inputs(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const char* who,
                          std::initializer_list<at::ScalarType> dtypes) {
@@ -71,7 +71,7 @@ Conv1dTiledConfig tiled_config(const Knobs& k, size_t at) {
 }
 
 // [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk, rows, row_chunks,
-//  row_threads]
+//  row_threads, row_ahead]
 Conv1dStreamConfig stream_config(const Knobs& k) {
     Conv1dStreamConfig c;
     c.rows_per_warp = knob(k, 0, c.rows_per_warp);
@@ -84,6 +84,7 @@ Conv1dStreamConfig stream_config(const Knobs& k) {
     c.rows = knob(k, 7, c.rows);
     c.row_chunks = knob(k, 8, c.row_chunks);
     c.row_threads = knob(k, 9, c.row_threads);
+    c.row_ahead = knob(k, 10, c.row_ahead);
     return c;
 }
 
@@ -173,7 +174,7 @@ at::Tensor optimized(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 }
 
 // knobs: [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk, rows, row_chunks,
-//         row_threads, tile, tiled_stages, tiled_ctas_per_sm, tiled_cache_policy]
+//         row_threads, row_ahead, tile, tiled_stages, tiled_ctas_per_sm, tiled_cache_policy]
 at::Tensor stream(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Knobs& knobs) {
     const Conv1dShape s = check_inputs(x, w, b, "conv1d.stream", {at::kFloat, at::kBFloat16, at::kHalf});
     check_length(knobs, kStreamKnobs + kTiledKnobs, "conv1d.stream");
@@ -188,7 +189,8 @@ at::Tensor stream(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b,
     const Conv1dStreamPlan plan = conv1d_stream_plan(s, static_cast<int>(x.element_size()), cfg, sms);
     TORCH_CHECK_VALUE(plan.ok, "conv1d.stream: config out of range (stages ", cfg.stages, ", ctas_per_sm ",
                       cfg.ctas_per_sm, ", cache_policy ", cfg.cache_policy, ", bulk ", cfg.bulk, ", rows ", cfg.rows,
-                      ", row_chunks ", cfg.row_chunks, ", row_threads ", cfg.row_threads, ")");
+                      ", row_chunks ", cfg.row_chunks, ", row_threads ", cfg.row_threads,
+                      ", row_ahead ", cfg.row_ahead, ")");
     at::Tensor y = at::empty({s.B, s.Cout, s.L}, x.options());
     const SplitBuffers buf = split_buffers(x, plan.workspace_floats, plan.counters);
     check_launch(conv1d_stream(dt, x.data_ptr(), w.data_ptr(), b.data_ptr(), y.data_ptr(), buf.ws(), buf.ctr(), s,
@@ -238,7 +240,7 @@ std::vector<int64_t> default_knobs(const std::string& which) {
     std::vector<int64_t> out;
     if (which == "stream") {
         out = {s.rows_per_warp, s.vecs_per_row, s.stages, s.ctas_per_sm, s.cache_policy, s.tiled_min_bl, s.bulk,
-               s.rows, s.row_chunks, s.row_threads};
+               s.rows, s.row_chunks, s.row_threads, s.row_ahead};
     } else {
         TORCH_CHECK_VALUE(which == "optimized", "default_knobs: 'stream' or 'optimized', got ", which);
         out = {kConv1dOptimizedTiledMinBL};

@@ -78,6 +78,8 @@ struct Conv1dStreamConfig {
                             // fits (conv1d_rows_plan); 0 or a shape it does not fit: the kernel above
     int row_chunks = 2;     // stream_rows.cu: column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
     int row_threads = 256;  // stream_rows.cu: threads per CTA, 256, 512 or 1024
+    int row_ahead = 0;      // stream_rows.cu: 0 = every chunk's copies issued at launch; D in 1..chunks-1 = chunks
+                            // 0..D-1 at launch, chunk c + D once chunk c has landed (D chunks in flight)
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -112,8 +114,10 @@ struct Conv1dRowsPlan {
 };
 // threads: 256, 512 or 1024 (anything else: not ok)
 Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int num_sms);
+// ahead: Conv1dStreamConfig::row_ahead (0..kConv1dRowsMaxChunks; >= the plan's chunks acts as 0).
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
-                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream);
+                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, int ahead,
+                               cudaStream_t stream);
 
 Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dStreamConfig& cfg, int num_sms);
 

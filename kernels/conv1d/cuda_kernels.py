@@ -54,8 +54,9 @@ class StreamKnobs:
     (as TiledKnobs), the B*L above which fp32 runs the tiled kernel with `tiled`, and `bulk` (1: the weight ring
     is filled by TMA bulk copies counted on mbarriers; rows of whole 16-byte vectors only, else ignored), and `rows`
     (1: stream_rows.cu, whole rows per CTA, all bulk copies issued up front, where its plan fits: B*L <= 16, rows of
-    whole 16-byte vectors), `row_chunks` (its column chunks per row, one mbarrier each) and `row_threads` (its
-    threads per CTA: 256, 512 or 1024)."""
+    whole 16-byte vectors), `row_chunks` (its column chunks per row, one mbarrier each), `row_threads` (its
+    threads per CTA: 256, 512 or 1024) and `row_ahead` (0: every chunk's copies issued at launch; D: D chunks in
+    flight, chunk c + D requested once chunk c has landed)."""
 
     rows_per_warp: int = -1
     vecs_per_row: int = -1
@@ -67,11 +68,13 @@ class StreamKnobs:
     rows: int = -1
     row_chunks: int = -1
     row_threads: int = -1
+    row_ahead: int = -1
     tiled: TiledKnobs = field(default_factory=TiledKnobs)
 
     def as_list(self) -> list[int]:
         return [self.rows_per_warp, self.vecs_per_row, self.stages, self.ctas_per_sm, self.cache_policy,
-                self.tiled_min_bl, self.bulk, self.rows, self.row_chunks, self.row_threads, *self.tiled.as_list()]
+                self.tiled_min_bl, self.bulk, self.rows, self.row_chunks, self.row_threads,
+                self.row_ahead, *self.tiled.as_list()]
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,10 @@
 // x values once and feeds each to RC rows (RC x NO FMAs per column). Then a transposing warp reduction, a sum
 // over the THREADS / 32 warps in shared memory, the bias, y. THREADS is the `row_threads` knob (default 256); 512
 // and 1024 test whether more warps per SM (one CTA each) hide the x gather's shared-memory latency better.
+// `row_ahead` = D (1..chunks-1): warp 0 requests chunks 0..D-1 at launch and chunk c + D as soon as chunk c has
+// landed, so chunks land one after another and the FMAs of each overlap the stream of the next ones (with every
+// copy requested at launch, the chunks complete together: an H200 timeline put the first of 2 chunks at ~5.9 us,
+// about when all 160 KB had arrived, so nearly all FMAs ran after the last byte); 0 = all at launch.
 // Differences from stream.cu (per-lane 512-byte pieces of 8 x 8 rows in a ring, split over Cin*K across 8 CTAs,
 // the last CTA summing the partials): each CTA owns whole rows, so there is no cross-CTA reduction (no
 // workspace, no counters, no second phase after the last byte) and each CTA reads one contiguous 160 KB range;
@@ -36,7 +40,20 @@ using conv1d_stream_device::ReduceScatter;
 struct RowsArgs {
     int B, Cin, Cout, L, K;
     int chunks, chunk_cols, policy;
+    int ahead;  // chunks whose copies are issued at launch (1..chunks); chunk c + ahead is issued once c lands
 };
+
+// Warp 0: the bulk copies of chunk c, one per row (lane r copies row r; RC <= 8 rows).
+template <typename T>
+__device__ __forceinline__ void issue_chunk(const T* __restrict__ w, T* slab, int c, int rows, int row0, int R,
+                                            const RowsArgs& a, unsigned bars, const ca::Policy& policy, int lane) {
+    if (lane < rows) {
+        const int col = c * a.chunk_cols, cols = min(a.chunk_cols, R - col);
+        const size_t off = static_cast<size_t>(lane) * R + col;
+        ca::bulk_copy_g2s(ca::smem_addr(slab + off), w + static_cast<size_t>(row0) * R + off,
+                          static_cast<unsigned>(cols * sizeof(T)), bars + 8u * c, policy);
+    }
+}
 
 // Shared memory: [chunks mbarriers, 8 B each, padded to 16 B][warp totals: THREADS / 32 x 32 fp32][RC rows of R
 // elements][x: B*Cin*L fp32]; no static shared memory, so the whole opt-in limit is the plan's
@@ -60,9 +77,10 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     T* slab = reinterpret_cast<T*>(red + kWarps);                                 // [RC][R]
     float* xs = reinterpret_cast<float*>(slab + static_cast<size_t>(RC) * R);     // [B][Cin][L]
 
-    // 1. warp 0: declare every chunk's bytes, then its lanes issue the copies (chunk-major: early chunks first)
+    // 1. warp 0: declare every chunk's bytes, then its lanes issue the copies of the first `ahead` chunks
+    // (chunk-major: early chunks first); the rest follow one chunk per landed chunk (step 3)
+    const ca::Policy policy = ca::make_policy(a.policy);
     if (warp == 0) {
-        const ca::Policy policy = ca::make_policy(a.policy);
         if (lane == 0) {
             for (int c = 0; c < a.chunks; ++c) ca::mbar_init(bars + 8u * c, 1);
             ca::fence_mbar_init();
@@ -72,13 +90,7 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
             }
         }
         __syncwarp();
-        for (int i = lane; i < a.chunks * rows; i += 32) {
-            const int c = i / rows, r = i - c * rows, col = c * a.chunk_cols;
-            const int cols = min(a.chunk_cols, R - col);
-            const size_t off = static_cast<size_t>(r) * R + col;
-            ca::bulk_copy_g2s(ca::smem_addr(slab + off), w + static_cast<size_t>(row0) * R + off,
-                              static_cast<unsigned>(cols * sizeof(T)), bars + 8u * c, policy);
-        }
+        for (int c = 0; c < a.ahead; ++c) issue_chunk(w, slab, c, rows, row0, R, a, bars, policy, lane);
     }
     // 2. x as fp32 (its lines are shared by every CTA: mostly L2 hits after the first)
     const int nx = BL * a.Cin;
@@ -105,6 +117,8 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     for (int c = 0; c < a.chunks; ++c) {
         const int j0 = c * a.chunk_cols, j1 = min(R, j0 + a.chunk_cols);
         ca::mbar_wait_parity(bars + 8u * c, 0);
+        // one chunk landed: request the next one not yet in flight (its slab region was never read: no hazard)
+        if (warp == 0 && c + a.ahead < a.chunks) issue_chunk(w, slab, c + a.ahead, rows, row0, R, a, bars, policy, lane);
         int j = j0 + tid, ci = j / a.K, k = j - ci * a.K;
         for (; j < j1; j += THREADS) {
             float xv[NO];
@@ -143,36 +157,41 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     }
 }
 
+struct RowsOpts {
+    int policy, ahead;  // cache_policy and row_ahead of the config
+};
+
 template <typename T, int NO, int RC, int THREADS>
-cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
+cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
                    cudaStream_t stream) {
     constexpr auto kernel = conv1d_rows_kernel<T, NO, RC, THREADS>;
     const cudaError_t err = ca::allow_dynamic_smem<kernel>(p.smem_bytes);
     if (err != cudaSuccess) return err;
-    const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, policy};
+    const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, opt.policy,
+                        opt.ahead >= 1 && opt.ahead < p.chunks ? opt.ahead : p.chunks};
     kernel<<<p.ctas, THREADS, p.smem_bytes, stream>>>(x, w, b, y, args);
     return cudaGetLastError();
 }
 
 template <typename T, int NO, int RC>
-cudaError_t launch_rc(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
+cudaError_t launch_rc(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
                       cudaStream_t st) {
     switch (p.threads) {
-        case 256: return launch<T, NO, RC, 256>(x, w, b, y, s, p, policy, st);
-        case 512: return launch<T, NO, RC, 512>(x, w, b, y, s, p, policy, st);
-        case 1024: return launch<T, NO, RC, 1024>(x, w, b, y, s, p, policy, st);
+        case 256: return launch<T, NO, RC, 256>(x, w, b, y, s, p, opt, st);
+        case 512: return launch<T, NO, RC, 512>(x, w, b, y, s, p, opt, st);
+        case 1024: return launch<T, NO, RC, 1024>(x, w, b, y, s, p, opt, st);
         default: return cudaErrorInvalidValue;
     }
 }
 
 template <typename T, int NO>
-cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
+cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
                       cudaStream_t st) {
     switch (p.rows_per_cta) {
-        case 1: return launch_rc<T, NO, 1>(x, w, b, y, s, p, policy, st);
-        case 2: return launch_rc<T, NO, 2>(x, w, b, y, s, p, policy, st);
-        case 4: if constexpr (NO <= 8) return launch_rc<T, NO, 4>(x, w, b, y, s, p, policy, st); break;
-        case 8: if constexpr (NO <= 4) return launch_rc<T, NO, 8>(x, w, b, y, s, p, policy, st); break;
+        case 1: return launch_rc<T, NO, 1>(x, w, b, y, s, p, opt, st);
+        case 2: return launch_rc<T, NO, 2>(x, w, b, y, s, p, opt, st);
+        case 4: if constexpr (NO <= 8) return launch_rc<T, NO, 4>(x, w, b, y, s, p, opt, st); break;
+        case 8: if constexpr (NO <= 4) return launch_rc<T, NO, 8>(x, w, b, y, s, p, opt, st); break;
         default: break;
     }
     return cudaErrorInvalidValue;
@@ -180,13 +199,13 @@ cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, c
 
 template <typename T>
 cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, Conv1dShape s,
-                         const Conv1dRowsPlan& p, int policy, cudaStream_t st) {
+                         const Conv1dRowsPlan& p, RowsOpts opt, cudaStream_t st) {
     const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     switch (p.outputs) {
-        case 4: return launch_no<T, 4>(xt, wt, bt, yt, s, p, policy, st);
-        case 8: return launch_no<T, 8>(xt, wt, bt, yt, s, p, policy, st);
-        case 16: return launch_no<T, 16>(xt, wt, bt, yt, s, p, policy, st);
+        case 4: return launch_no<T, 4>(xt, wt, bt, yt, s, p, opt, st);
+        case 8: return launch_no<T, 8>(xt, wt, bt, yt, s, p, opt, st);
+        case 16: return launch_no<T, 16>(xt, wt, bt, yt, s, p, opt, st);
         default: return cudaErrorInvalidValue;
     }
 }
@@ -220,13 +239,16 @@ Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int t
 }
 
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
-                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream) {
-    if (!p.ok || (reinterpret_cast<uintptr_t>(w) & 15) != 0 || cache_policy < 0 || cache_policy > 3)
+                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, int ahead,
+                               cudaStream_t stream) {
+    if (!p.ok || (reinterpret_cast<uintptr_t>(w) & 15) != 0 || cache_policy < 0 || cache_policy > 3 || ahead < 0 ||
+        ahead > kConv1dRowsMaxChunks)
         return cudaErrorInvalidValue;
+    const RowsOpts opt{cache_policy, ahead};
     switch (dtype) {
-        case kConv1dF32: return launch_typed<float>(x, w, bias, y, s, p, cache_policy, stream);
-        case kConv1dBF16: return launch_typed<__nv_bfloat16>(x, w, bias, y, s, p, cache_policy, stream);
-        case kConv1dF16: return launch_typed<__half>(x, w, bias, y, s, p, cache_policy, stream);
+        case kConv1dF32: return launch_typed<float>(x, w, bias, y, s, p, opt, stream);
+        case kConv1dBF16: return launch_typed<__nv_bfloat16>(x, w, bias, y, s, p, opt, stream);
+        case kConv1dF16: return launch_typed<__half>(x, w, bias, y, s, p, opt, stream);
         default: return cudaErrorInvalidValue;
     }
 }
