@@ -416,12 +416,18 @@ def test_rows_plan_on_suite_shapes():
                                                                                       threads), (cin, chunks)
         assert models.stream_plan(1, cin, cout, 4, 5, 4, {"rows": 1}, 132).row_groups == 128
     assert rmodels.rows_plan(1, 64, 64, 4, 5, 4, 2, 256, 132).ok
-    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 0, 256, 132).ok
+    assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, -1, 256, 132).ok
+    # 0 = the rule, by the bytes of w per CTA: >= 128 KB (the 21 MB fp32 convs) 4 chunks, 2 in flight, 512 threads
+    for dims, eb, want in (((1, 1024, 1024, 4, 5), 4, (4, 512, 2)), ((1, 2048, 512, 4, 5), 4, (4, 512, 2)),
+                           ((1, 1024, 1024, 4, 5), 2, (1, 256, 1)), ((1, 512, 512, 4, 5), 4, (1, 256, 1))):
+        p = rmodels.rows_plan(*dims, eb, 0, 0, 132, 0)
+        assert (p.chunks, p.threads, p.ahead) == want, (dims, eb, p)
+        assert rmodels.rows_plan(*dims, eb, 4, 256, 132, 0).ahead == (2 if want[0] == 4 else 4)  # each knob alone
     assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 33, 256, 132).ok
-    for threads in (0, 32, 128, 384, 768, 2048):  # only the instantiated THREADS plan
+    for threads in (-1, 32, 128, 384, 768, 2048):  # only the instantiated THREADS plan (0: the rule picks one)
         assert not rmodels.rows_plan(1, 64, 64, 4, 5, 4, 2, threads, 132).ok, threads
     assert not models.stream_plan(1, 64, 64, 4, 5, 4, {"rows": 2}).ok
-    for bad in ({"row_chunks": 0}, {"row_chunks": 33}, {"row_threads": 384}, {"row_threads": 128},
+    for bad in ({"row_chunks": -3}, {"row_chunks": 33}, {"row_threads": 384}, {"row_threads": 128},
                 {"row_ahead": -2}, {"row_ahead": 33}):
         # validated even when rows = 0 (conv1d_stream_plan checks every knob)
         assert not models.stream_plan(1, 64, 64, 4, 5, 4, bad).ok, bad
@@ -501,9 +507,9 @@ int main() {
             printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
                    p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks, p.chunks_per_cta, p.stages,
                    p.smem_bytes, p.workspace_floats, p.counters, p.bulk, p.rows);
-            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, s.row_threads, sms);
-            printf("%d %d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
-                   r.threads, r.smem_bytes);
+            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, s.row_threads, s.row_ahead, sms);
+            printf("%d %d %d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
+                   r.threads, r.ahead, r.smem_bytes);
         }
         const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
         printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm, q.tn,
@@ -562,15 +568,15 @@ def test_compiled_host_logic_matches_models(tmp_path):
         sknobs, tknobs = dict(zip(STREAM_KEYS, sk, strict=True)), dict(zip(TILED_KEYS, tk, strict=True))
         opt = omodels.optimized_config(s[1], s[3], s[4])
         filled = dict(zip(STREAM_KEYS, fill(sk, STREAM_KEYS, models.STREAM_DEFAULTS), strict=True))
-        chunks, threads = filled["row_chunks"], filled["row_threads"]
-        plans = [(models.stream_plan(*s, eb, sknobs, sms), rmodels.rows_plan(*s, eb, chunks, threads, sms))
+        chunks, threads, ahead = filled["row_chunks"], filled["row_threads"], filled["row_ahead"]
+        plans = [(models.stream_plan(*s, eb, sknobs, sms), rmodels.rows_plan(*s, eb, chunks, threads, sms, ahead))
                  for eb in (4, 2)]
         want = [v for sp, rp in plans for v in (*sp, *rp)]
         want += [*tmodels.tiled_plan(*s, tknobs, sms), *([1, *opt] if opt else [0, 0, 0, 0, 0])]
         assert got == want, (s, sms, sk, tk)
         rows_seen[0] += sum(sp.rows for sp, _ in plans)
         rows_seen[1] += sum(rp.ok for _, rp in plans)
-        threads_seen.update(threads for sp, _ in plans if sp.rows)
+        threads_seen.update(rp.threads for sp, rp in plans if sp.rows)
         if threads == 384:  # not a THREADS instantiation: no rows plan, and no stream plan at all
             assert not any(sp.ok or rp.ok for sp, rp in plans), (s, sk)
     assert min(rows_seen) > 50, rows_seen  # the rows path was really compared

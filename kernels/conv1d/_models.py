@@ -22,8 +22,8 @@ SMEM_PER_SM, SMEM_RESERVED_PER_CTA = 228 * 1024, 1024
 # ---- stream.cu ----
 STREAM_THREADS, STREAM_WARPS = 256, 8
 STREAM_DEFAULTS = {"rows_per_warp": 8, "vecs_per_row": 1, "stages": 3, "ctas_per_sm": 1, "cache_policy": 1,
-                   "tiled_min_bl": 16, "bulk": 0, "rows": 1, "row_chunks": 2,
-                   "row_threads": 256, "row_ahead": 0}  # conv1d.h Conv1dStreamConfig
+                   "tiled_min_bl": 16, "bulk": 0, "rows": 1, "row_chunks": 0,
+                   "row_threads": 0, "row_ahead": 0}  # conv1d.h Conv1dStreamConfig (row_*: 0 = the rule)
 STREAM_BAR_BYTES_PER_STAGE = STREAM_WARPS * 8  # bulk: one 8-byte mbarrier per warp and ring stage
 STREAM_COMBOS = ((2, 2), (2, 4), (4, 1), (4, 2), (4, 4), (8, 1), (8, 2))  # (RPW, V) compiled for fp32, NO = 4
 
@@ -61,12 +61,12 @@ def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, kn
     c = knobs_with_defaults(knobs, STREAM_DEFAULTS)
     if (elem_bytes not in (2, 4) or not 2 <= c["stages"] <= 8 or not 0 <= c["ctas_per_sm"] <= 8
             or not 0 <= c["cache_policy"] <= 3 or c["bulk"] not in (0, 1) or c["rows"] not in (0, 1)
-            or not 1 <= c["row_chunks"] <= ROWS_MAX_CHUNKS or c["row_threads"] not in ROWS_THREAD_COUNTS
+            or not 0 <= c["row_chunks"] <= ROWS_MAX_CHUNKS or c["row_threads"] not in (0, *ROWS_THREAD_COUNTS)
             or not 0 <= c["row_ahead"] <= ROWS_MAX_CHUNKS
             or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
         return StreamPlan()
     if c["rows"] == 1:  # stream_rows.cu where it fits
-        r = rows_plan(B, Cin, Cout, L, K, elem_bytes, c["row_chunks"], c["row_threads"], num_sms)
+        r = rows_plan(B, Cin, Cout, L, K, elem_bytes, c["row_chunks"], c["row_threads"], num_sms, c["row_ahead"])
         if r.ok:
             return StreamPlan(ok=1, rows_per_warp=c["rows_per_warp"], vecs_per_row=c["vecs_per_row"],
                               outputs_per_pass=r.outputs, passes=1, splits=1, row_groups=r.ctas, chunks=r.chunks,

@@ -12,6 +12,7 @@ import numpy as np
 from ._models import MAX_DYNAMIC_SMEM, reduce_scatter, stream_writers
 
 ROWS_THREAD_COUNTS = (256, 512, 1024)  # THREADS instantiated in stream_rows.cu (conv1d_rows_plan accepts these)
+ROWS_LONG_SLAB = 128 * 1024  # conv1d.h kConv1dRowsLongSlab
 ROWS_MAX_CHUNKS = 32               # conv1d.h kConv1dRowsMaxChunks
 ROWS_MAX_ACC = 32                  # RC * NO accumulators per thread (the warp-totals row holds NV <= 32)
 ROWS_TX_LIMIT = 1 << 20            # an mbarrier's tx-count range (bytes per phase)
@@ -25,14 +26,15 @@ class RowsPlan(NamedTuple):
     chunks: int = 0
     chunk_cols: int = 0
     threads: int = 0
+    ahead: int = 0
     smem_bytes: int = 0
 
 
 def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chunks: int, threads: int,
-              num_sms: int = 132) -> RowsPlan:
-    """conv1d_rows_plan."""
-    if (elem_bytes not in (2, 4) or not 1 <= chunks <= ROWS_MAX_CHUNKS or threads not in ROWS_THREAD_COUNTS
-            or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
+              num_sms: int = 132, ahead: int = 0) -> RowsPlan:
+    """conv1d_rows_plan; chunks, threads, ahead: 0 = the rule (by the bytes of w per CTA)."""
+    if (elem_bytes not in (2, 4) or not 0 <= chunks <= ROWS_MAX_CHUNKS or threads not in (0, *ROWS_THREAD_COUNTS)
+            or not 0 <= ahead <= ROWS_MAX_CHUNKS or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
         return RowsPlan()
     bl, r = B * L, Cin * K
     if bl > 16 or r * elem_bytes % 16 != 0:
@@ -44,13 +46,17 @@ def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chun
     while rows_per_cta < want and rows_per_cta < rc_max:
         rows_per_cta *= 2
     ctas = (Cout + rows_per_cta - 1) // rows_per_cta
+    longer = rows_per_cta * r * elem_bytes >= ROWS_LONG_SLAB
+    chunks = chunks or (4 if longer else 1)
+    threads = threads or (512 if longer else 256)
+    ahead = ahead or (2 if longer else chunks)
     vec = 16 // elem_bytes  # chunk columns: whole 16-byte vectors
     chunk_cols = ((r + chunks - 1) // chunks + vec - 1) // vec * vec
     n_chunks = (r + chunk_cols - 1) // chunk_cols
     nbytes = 16 * ((n_chunks + 1) // 2) + threads // 32 * 32 * 4 + rows_per_cta * r * elem_bytes + bl * Cin * 4
     if nbytes > MAX_DYNAMIC_SMEM:
         return RowsPlan()
-    return RowsPlan(1, outputs, rows_per_cta, ctas, n_chunks, chunk_cols, threads, nbytes)
+    return RowsPlan(1, outputs, rows_per_cta, ctas, n_chunks, chunk_cols, threads, min(ahead, n_chunks), nbytes)
 
 
 def rows_smem_layout(p: RowsPlan, R: int, elem_bytes: int) -> dict[str, int]:
@@ -74,12 +80,12 @@ def emulate_rows(x: np.ndarray, w: np.ndarray, bias: np.ndarray, elem_bytes: int
     l + k - pad == L: the numeric comparison must catch both. Reads past the x region give NaN."""
     B, Cin, L = x.shape
     Cout, _, K = w.shape
-    p = rows_plan(B, Cin, Cout, L, K, elem_bytes, chunks, threads, num_sms)
+    p = rows_plan(B, Cin, Cout, L, K, elem_bytes, chunks, threads, num_sms, ahead)
     assert p.ok
     NO, RC, T = p.outputs, p.rows_per_cta, p.threads
     warps = T // 32
-    assert 0 <= ahead <= ROWS_MAX_CHUNKS
-    D = ahead if 1 <= ahead < p.chunks else p.chunks  # chunks in flight (RowsArgs.ahead)
+    D = p.ahead  # chunks in flight (RowsArgs.ahead)
+    assert 1 <= D <= p.chunks
     NV = RC * NO
     assert NV <= ROWS_MAX_ACC
     R, BL, pad = Cin * K, B * L, K // 2

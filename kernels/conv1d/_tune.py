@@ -53,6 +53,8 @@ def shape_of(name: str) -> tuple[int, int, int, int, int]:
 
 def stream_name(k: ck.StreamKnobs) -> str:
     if k.rows == 1:
+        if k.row_chunks <= 0 and k.row_threads <= 0 and k.row_ahead <= 0:
+            return f"stream rows auto pol{k.cache_policy}"  # the plan's rule (conv1d_rows_plan)
         ahead = f" ahead{k.row_ahead}" if k.row_ahead > 0 else ""
         return f"stream rows chunks{k.row_chunks} t{k.row_threads}{ahead} pol{k.cache_policy}"
     return (f"stream rpw{k.rows_per_warp} v{k.vecs_per_row} st{k.stages} cta{k.ctas_per_sm} pol{k.cache_policy}"
@@ -202,21 +204,24 @@ def sweep_stream(bench: Bench, quick: bool) -> None:
 
 
 def sweep_rows(bench: Bench, quick: bool) -> None:
-    """stream_rows.cu (whole rows per CTA) against the split kernel on every batch-1 Push-T conv it fits: chunks
-    per row x L2 policy at the default threads per CTA, then threads per CTA (256, 512, 1024) x chunks (1, 2, 4) at
-    policy 1, then chunks (4, 8, 16) requested `row_ahead` (1, 2, 3) at a time at 256 and 512 threads, then the best
-    per shape and over the two 21 MB shapes."""
+    """stream_rows.cu (whole rows per CTA) against the split kernel on every batch-1 Push-T conv it fits: the
+    default (the plan's rule), then explicit (chunks per row, threads per CTA, chunks in flight): one chunk (both L2
+    policies), every copy at launch (2 and 4 chunks, 256 / 512 / 1024 threads), 4-16 chunks 1-3 in flight at 256
+    and 512 threads (fewer with --quick), then the best per shape and over the two 21 MB shapes."""
     base = replace(defaults()[0], rows=0)
     shapes = STREAM_SHAPES + [s for s in ROWS_SHAPES if s not in STREAM_SHAPES]
     scores: dict[ck.StreamKnobs, float] = {base: bench.stream(base, shapes)}
-    configs = [replace(base, rows=1, row_chunks=chunks, cache_policy=pol)
-               for chunks in ((1, 2, 3) if quick else (1, 2, 3, 4)) for pol in (0, 1)]
-    configs += [replace(base, rows=1, row_chunks=chunks, row_threads=threads, cache_policy=1)
-                for threads in (256, 512, 1024) for chunks in (1, 2, 4)]
-    configs += [replace(base, rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead, cache_policy=1)
-                for threads in (256, 512) for chunks in (4, 8, 16) for ahead in (1, 2, 3)]
+
+    def rows(chunks: int, threads: int, ahead: int, pol: int = 1) -> ck.StreamKnobs:
+        return replace(base, rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead, cache_policy=pol)
+    configs = [replace(base, rows=1), rows(1, 256, 1, 0), rows(1, 256, 1), rows(2, 256, 2), rows(4, 512, 4)]
+    if quick:
+        configs += [rows(4, t, 2) for t in (256, 512)] + [rows(8, 512, a) for a in (2, 3)]
+    else:
+        configs += [rows(c, t, c) for t in (256, 512, 1024) for c in (2, 4)]
+        configs += [rows(c, t, a) for t in (256, 512) for c in (4, 8, 16) for a in (1, 2, 3)]
     for k in configs:
-        if k not in scores:  # the default threads per CTA at policy 1 is in both lists
+        if k not in scores:
             scores[k] = bench.stream(k, shapes)
     for shape in shapes:
         rows = [r for r in bench.rows if r["shape"] == shape and r["config"].startswith("stream")]

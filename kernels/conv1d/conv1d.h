@@ -76,10 +76,11 @@ struct Conv1dStreamConfig {
                             // Cin*K*sizeof(T) % 16 == 0 and a 16-byte aligned w; else the cp.async ring runs)
     int rows = 1;           // 1: stream_rows.cu (whole rows per CTA, all bulk copies up front) where its plan
                             // fits (conv1d_rows_plan); 0 or a shape it does not fit: the kernel above
-    int row_chunks = 2;     // stream_rows.cu: column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
-    int row_threads = 256;  // stream_rows.cu: threads per CTA, 256, 512 or 1024
-    int row_ahead = 0;      // stream_rows.cu: 0 = every chunk's copies issued at launch; D in 1..chunks-1 = chunks
-                            // 0..D-1 at launch, chunk c + D once chunk c has landed (D chunks in flight)
+    // stream_rows.cu, 0 = the measured rule of conv1d_rows_plan (by the bytes of w per CTA):
+    int row_chunks = 0;     // column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
+    int row_threads = 0;    // threads per CTA, 256, 512 or 1024
+    int row_ahead = 0;      // chunks in flight: 1..chunks requested at launch, chunk c + D once chunk c has landed
+                            // (>= chunks: every copy at launch)
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -101,6 +102,7 @@ struct Conv1dStreamPlan {
 
 // stream_rows.cu: whole rows per CTA for B*L <= 16 (see its header). Pure host logic.
 constexpr int kConv1dRowsMaxChunks = 32;
+constexpr long long kConv1dRowsLongSlab = 128 * 1024;  // bytes of w per CTA from which the rule streams in chunks
 struct Conv1dRowsPlan {
     bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem) or
                         // threads is not 256, 512 or 1024
@@ -110,14 +112,14 @@ struct Conv1dRowsPlan {
     int chunks;         // column chunks per row: one bulk copy per row each, all on one mbarrier per chunk
     int chunk_cols;     // columns per chunk, whole 16-byte vectors
     int threads;        // per CTA: 256, 512 or 1024 (warp totals: threads / 32 rows of 32 fp32)
+    int ahead;          // chunks whose copies are requested at launch (1..chunks); chunk c + ahead once c lands
     size_t smem_bytes;  // mbarriers + warp totals + RC rows of w + x as fp32
 };
 // threads: 256, 512 or 1024 (anything else: not ok)
-Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int num_sms);
-// ahead: Conv1dStreamConfig::row_ahead (0..kConv1dRowsMaxChunks; >= the plan's chunks acts as 0).
+// chunks, threads, ahead: the config's row_chunks, row_threads, row_ahead (0 = the measured rule).
+Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int ahead, int num_sms);
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
-                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, int ahead,
-                               cudaStream_t stream);
+                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream);
 
 Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dStreamConfig& cfg, int num_sms);
 

@@ -343,8 +343,9 @@ cudaError_t launch_typed(Conv1dDtype dtype, const void* x, const void* w, const 
     if (!p.ok || (p.splits > 1 && (ws == nullptr || counters == nullptr))) return cudaErrorInvalidValue;
     if (p.rows)
         return conv1d_stream_rows(dtype, x, w, b, y, s,
-                                  conv1d_rows_plan(s, sizeof(T), cfg.row_chunks, cfg.row_threads, num_sms),
-                                  cfg.cache_policy, cfg.row_ahead, stream);
+                                  conv1d_rows_plan(s, sizeof(T), cfg.row_chunks, cfg.row_threads, cfg.row_ahead,
+                                                   num_sms),
+                                  cfg.cache_policy, stream);
     const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     switch (p.outputs_per_pass) {
@@ -362,12 +363,14 @@ Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dS
     Conv1dStreamPlan p{};
     if ((elem_bytes != 2 && elem_bytes != 4) || cfg.stages < 2 || cfg.stages > 8 || cfg.ctas_per_sm < 0 ||
         cfg.ctas_per_sm > 8 || cfg.cache_policy < 0 || cfg.cache_policy > 3 || cfg.bulk < 0 || cfg.bulk > 1 ||
-        cfg.rows < 0 || cfg.rows > 1 || cfg.row_chunks < 1 || cfg.row_chunks > kConv1dRowsMaxChunks ||
-        (cfg.row_threads != 256 && cfg.row_threads != 512 && cfg.row_threads != 1024) || cfg.row_ahead < 0 ||
+        cfg.rows < 0 || cfg.rows > 1 || cfg.row_chunks < 0 || cfg.row_chunks > kConv1dRowsMaxChunks ||
+        (cfg.row_threads != 0 && cfg.row_threads != 256 && cfg.row_threads != 512 && cfg.row_threads != 1024) ||
+        cfg.row_ahead < 0 ||
         cfg.row_ahead > kConv1dRowsMaxChunks || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     if (cfg.rows == 1) {  // stream_rows.cu where it fits
-        const Conv1dRowsPlan r = conv1d_rows_plan(s, elem_bytes, cfg.row_chunks, cfg.row_threads, num_sms);
+        const Conv1dRowsPlan r =
+            conv1d_rows_plan(s, elem_bytes, cfg.row_chunks, cfg.row_threads, cfg.row_ahead, num_sms);
         if (r.ok) {
             p.ok = true, p.rows = 1, p.rows_per_warp = cfg.rows_per_warp, p.vecs_per_row = cfg.vecs_per_row;
             p.outputs_per_pass = r.outputs, p.passes = 1, p.splits = 1, p.row_groups = r.ctas;

@@ -158,7 +158,7 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
 }
 
 struct RowsOpts {
-    int policy, ahead;  // cache_policy and row_ahead of the config
+    int policy;  // cache_policy of the config
 };
 
 template <typename T, int NO, int RC, int THREADS>
@@ -168,7 +168,7 @@ cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, cons
     const cudaError_t err = ca::allow_dynamic_smem<kernel>(p.smem_bytes);
     if (err != cudaSuccess) return err;
     const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, opt.policy,
-                        opt.ahead >= 1 && opt.ahead < p.chunks ? opt.ahead : p.chunks};
+                        p.ahead};
     kernel<<<p.ctas, THREADS, p.smem_bytes, stream>>>(x, w, b, y, args);
     return cudaGetLastError();
 }
@@ -212,11 +212,11 @@ cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, C
 
 }  // namespace
 
-Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int num_sms) {
+Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int ahead, int num_sms) {
     Conv1dRowsPlan p{};
-    if ((elem_bytes != 2 && elem_bytes != 4) || chunks < 1 || chunks > kConv1dRowsMaxChunks ||
-        (threads != 256 && threads != 512 && threads != 1024) || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 ||
-        s.L < 1 || s.K < 1)
+    if ((elem_bytes != 2 && elem_bytes != 4) || chunks < 0 || chunks > kConv1dRowsMaxChunks ||
+        (threads != 0 && threads != 256 && threads != 512 && threads != 1024) || ahead < 0 ||
+        ahead > kConv1dRowsMaxChunks || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     const long long bl = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
     if (bl > 16 || (r * elem_bytes) % 16 != 0) return p;
@@ -226,10 +226,17 @@ Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int t
     p.rows_per_cta = 1;
     while (p.rows_per_cta < want && p.rows_per_cta < rc_max) p.rows_per_cta *= 2;
     p.ctas = static_cast<int>((s.Cout + p.rows_per_cta - 1) / p.rows_per_cta);
+    // 0 = the measured rule (NOTES.md): a long stream per CTA (>= kConv1dRowsLongSlab bytes: the 21 MB batch-1
+    // convs) in 4 chunks, 2 in flight, 512 threads; shorter ones in one chunk of 256 threads
+    const bool longer = static_cast<long long>(p.rows_per_cta) * r * elem_bytes >= kConv1dRowsLongSlab;
+    if (chunks == 0) chunks = longer ? 4 : 1;
+    if (threads == 0) threads = longer ? 512 : 256;
+    if (ahead == 0) ahead = longer ? 2 : chunks;
     const long long vec = 16 / elem_bytes;  // chunk columns: whole 16-byte vectors, so every copy is aligned
     p.chunk_cols = static_cast<int>(((r + chunks - 1) / chunks + vec - 1) / vec * vec);
     p.chunks = static_cast<int>((r + p.chunk_cols - 1) / p.chunk_cols);
     p.threads = threads;
+    p.ahead = std::min(ahead, p.chunks);
     const long long bytes = 16LL * ((p.chunks + 1) / 2) + threads / 32 * 32 * 4 +
                             static_cast<long long>(p.rows_per_cta) * r * elem_bytes + bl * s.Cin * 4;
     if (bytes > ca::kMaxDynamicSmem) return Conv1dRowsPlan{};
@@ -239,12 +246,11 @@ Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int t
 }
 
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
-                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, int ahead,
-                               cudaStream_t stream) {
-    if (!p.ok || (reinterpret_cast<uintptr_t>(w) & 15) != 0 || cache_policy < 0 || cache_policy > 3 || ahead < 0 ||
-        ahead > kConv1dRowsMaxChunks)
+                               Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream) {
+    if (!p.ok || (reinterpret_cast<uintptr_t>(w) & 15) != 0 || cache_policy < 0 || cache_policy > 3 || p.ahead < 1 ||
+        p.ahead > p.chunks)
         return cudaErrorInvalidValue;
-    const RowsOpts opt{cache_policy, ahead};
+    const RowsOpts opt{cache_policy};
     switch (dtype) {
         case kConv1dF32: return launch_typed<float>(x, w, bias, y, s, p, opt, stream);
         case kConv1dBF16: return launch_typed<__nv_bfloat16>(x, w, bias, y, s, p, opt, stream);
