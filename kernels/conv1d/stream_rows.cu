@@ -20,8 +20,8 @@
 // the last CTA summing the partials): each CTA owns whole rows, so there is no cross-CTA reduction (no
 // workspace, no counters, no second phase after the last byte) and each CTA reads one contiguous 160 KB range;
 // there is no im2col (x is 16-32 KB, indexed directly), and the copies are issued all at once, not per stage.
-// Measured on H200s (kernels/conv1d/NOTES.md): 2-3 chunks per row beat 1 (the first chunk's FMAs overlap the
-// rest of the stream) and 4+ (warp 0 issues the copies one after another, ~50 cycles each); a row-major
+// Measured on H200s (kernels/conv1d/NOTES.md), with every copy issued at launch: 2-3 chunks per row beat 1 and
+// 4+ (the chunks land together, so little overlaps; `row_ahead` below fixes that); a row-major
 // variant (one copy per row, x in registers per channel, taps unrolled) was 1 us slower at 1024->1024.
 #include <algorithm>
 #include <cstdint>
@@ -118,7 +118,8 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
         const int j0 = c * a.chunk_cols, j1 = min(R, j0 + a.chunk_cols);
         ca::mbar_wait_parity(bars + 8u * c, 0);
         // one chunk landed: request the next one not yet in flight (its slab region was never read: no hazard)
-        if (warp == 0 && c + a.ahead < a.chunks) issue_chunk(w, slab, c + a.ahead, rows, row0, R, a, bars, policy, lane);
+        if (warp == 0 && c + a.ahead < a.chunks)
+            issue_chunk(w, slab, c + a.ahead, rows, row0, R, a, bars, policy, lane);
         int j = j0 + tid, ci = j / a.K, k = j - ci * a.K;
         for (; j < j1; j += THREADS) {
             float xv[NO];
