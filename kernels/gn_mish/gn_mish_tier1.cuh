@@ -9,7 +9,8 @@
 // flight (no dependent L2 round trip between the cluster barrier and the stores); the cluster barrier is split
 // (arrive after publishing the CTA's partial, wait, read the K partials, arrive again, and wait for that second
 // phase only before exiting), so one cluster-wide round trip instead of two sits between loads and stores;
-// no integer division in the index math; the butterfly no longer diverges.
+// no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
+// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2.
 #pragma once
 
 #include <cooperative_groups.h>
