@@ -61,7 +61,7 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-COPY_WARMUP_S = 0.1  # of copies before sampling: an idle GPU's first copies ran up to 8 % slower (H200)
+COPY_WARMUP_S = 0.1  # of copies before sampling (H200: 2 warm-up copies gave probes 8 % apart on one machine)
 COPY_SAMPLES = 25
 
 

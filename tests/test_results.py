@@ -88,3 +88,21 @@ def test_hot_mode_of_runs_with_and_without_the_cover_check(tmp_path):
     stated = results.RunWriter(tmp_path, fingerprint(ts="2026-11-21T12:00:00+00:00") | {"hot_mode": "x"}, {})
     stated.add(row("a", 10.0), [1e-5] * 3)
     assert results.Run(stated.json_path).hot_mode() == "x"
+
+
+def test_copy_probe_warms_up_then_samples_and_the_fingerprint_keeps_its_spread(monkeypatch):
+    """The roofline probe: COPY_SAMPLES sorted rates after the warm-up; the fingerprint's copy_gbps is their median
+    and p10 <= median <= p90 (CPU: the same code path with 64 MiB buffers)."""
+    import torch
+
+    from dpk import env
+
+    monkeypatch.setattr(env, "COPY_WARMUP_S", 0.02)
+    env.copy_bandwidth_samples.cache_clear()
+    cpu = torch.device("cpu")
+    rates = env.copy_bandwidth_samples(cpu)
+    assert len(rates) == env.COPY_SAMPLES and list(rates) == sorted(rates) and rates[0] > 0
+    fp = env.fingerprint(cpu)
+    assert fp["copy_gbps"] == rates[len(rates) // 2] == env.copy_bandwidth_gbps(cpu)
+    assert fp["copy_gbps_p10"] <= fp["copy_gbps"] <= fp["copy_gbps_p90"]
+    env.copy_bandwidth_samples.cache_clear()
