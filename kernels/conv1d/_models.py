@@ -56,13 +56,12 @@ def knobs_with_defaults(knobs: dict | None, defaults: dict) -> dict:
 def stream_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, knobs: dict | None = None,
                 num_sms: int = 132) -> StreamPlan:
     """conv1d_stream_plan."""
-    from ._models_rows import ROWS_MAX_CHUNKS, ROWS_THREAD_COUNTS, rows_plan  # _models_rows imports this module
+    from ._models_rows import rows_knobs_ok, rows_plan  # _models_rows imports this module
 
     c = knobs_with_defaults(knobs, STREAM_DEFAULTS)
     if (elem_bytes not in (2, 4) or not 2 <= c["stages"] <= 8 or not 0 <= c["ctas_per_sm"] <= 8
             or not 0 <= c["cache_policy"] <= 3 or c["bulk"] not in (0, 1) or c["rows"] not in (0, 1)
-            or not 0 <= c["row_chunks"] <= ROWS_MAX_CHUNKS or c["row_threads"] not in (0, *ROWS_THREAD_COUNTS)
-            or not 0 <= c["row_ahead"] <= ROWS_MAX_CHUNKS
+            or not rows_knobs_ok(c["row_chunks"], c["row_threads"], c["row_ahead"])
             or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
         return StreamPlan()
     if c["rows"] == 1:  # stream_rows.cu where it fits

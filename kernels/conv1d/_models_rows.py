@@ -30,11 +30,16 @@ class RowsPlan(NamedTuple):
     smem_bytes: int = 0
 
 
+def rows_knobs_ok(chunks: int, threads: int, ahead: int) -> bool:
+    """conv1d_rows_knobs_ok: row_chunks, row_threads, row_ahead in range (0 = the rule)."""
+    return 0 <= chunks <= ROWS_MAX_CHUNKS and 0 <= ahead <= ROWS_MAX_CHUNKS and threads in (0, *ROWS_THREAD_COUNTS)
+
+
 def rows_plan(B: int, Cin: int, Cout: int, L: int, K: int, elem_bytes: int, chunks: int, threads: int,
               num_sms: int = 132, ahead: int = 0) -> RowsPlan:
     """conv1d_rows_plan; chunks, threads, ahead: 0 = the rule (by the bytes of w per CTA)."""
-    if (elem_bytes not in (2, 4) or not 0 <= chunks <= ROWS_MAX_CHUNKS or threads not in (0, *ROWS_THREAD_COUNTS)
-            or not 0 <= ahead <= ROWS_MAX_CHUNKS or num_sms < 1 or min(B, Cin, Cout, L, K) < 1):
+    if (elem_bytes not in (2, 4) or not rows_knobs_ok(chunks, threads, ahead) or num_sms < 1
+            or min(B, Cin, Cout, L, K) < 1):
         return RowsPlan()
     bl, r = B * L, Cin * K
     if bl > 16 or r * elem_bytes % 16 != 0:

@@ -224,8 +224,8 @@ def sweep_rows(bench: Bench, quick: bool) -> None:
         if k not in scores:
             scores[k] = bench.stream(k, shapes)
     for shape in shapes:
-        rows = [r for r in bench.rows if r["shape"] == shape and r["config"].startswith("stream")]
-        best = min(rows, key=lambda r: r["us"])
+        timed = [r for r in bench.rows if r["shape"] == shape and r["config"].startswith("stream")]
+        best = min(timed, key=lambda r: r["us"])
         print(f"# best stream path for {shape}: {best['config']}  ({best['us']:.2f} us)", flush=True)
     big = {k: sum(r["us"] for r in bench.rows if r["config"] == stream_name(k) and r["shape"] in STREAM_SHAPES)
            for k in scores}

@@ -77,10 +77,10 @@ struct Conv1dStreamConfig {
     int rows = 1;           // 1: stream_rows.cu (whole rows per CTA, all bulk copies up front) where its plan
                             // fits (conv1d_rows_plan); 0 or a shape it does not fit: the kernel above
     // stream_rows.cu, 0 = the measured rule of conv1d_rows_plan (by the bytes of w per CTA):
-    int row_chunks = 0;     // column chunks per row (1..kConv1dRowsMaxChunks), one mbarrier each
-    int row_threads = 0;    // threads per CTA, 256, 512 or 1024
-    int row_ahead = 0;      // chunks in flight: 1..chunks requested at launch, chunk c + D once chunk c has landed
-                            // (>= chunks: every copy at launch)
+    int row_chunks = 0;     // column chunks per row (0, 1..kConv1dRowsMaxChunks), one mbarrier each
+    int row_threads = 0;    // threads per CTA (0, 256, 512 or 1024)
+    int row_ahead = 0;      // D, chunks in flight (0..kConv1dRowsMaxChunks): 0..D-1 requested at launch, chunk
+                            // c + D once chunk c has landed (>= chunks: every copy at launch)
 };
 struct Conv1dStreamPlan {
     bool ok;                  // false: config out of range
@@ -104,8 +104,8 @@ struct Conv1dStreamPlan {
 constexpr int kConv1dRowsMaxChunks = 32;
 constexpr long long kConv1dRowsLongSlab = 128 * 1024;  // bytes of w per CTA from which the rule streams in chunks
 struct Conv1dRowsPlan {
-    bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem) or
-                        // threads is not 256, 512 or 1024
+    bool ok;            // false: the shape does not fit (B*L > 16, rows not whole 16-byte vectors, smem) or a
+                        // knob is out of range
     int outputs;        // NO: B*L padded to 4, 8 or 16
     int rows_per_cta;   // RC: 1, 2, 4 or 8 (RC * NO <= 32), the least power of two >= Cout / SMs
     int ctas;           // ceil(Cout / RC)
@@ -115,8 +115,9 @@ struct Conv1dRowsPlan {
     int ahead;          // chunks whose copies are requested at launch (1..chunks); chunk c + ahead once c lands
     size_t smem_bytes;  // mbarriers + warp totals + RC rows of w + x as fp32
 };
-// threads: 256, 512 or 1024 (anything else: not ok)
-// chunks, threads, ahead: the config's row_chunks, row_threads, row_ahead (0 = the measured rule).
+// chunks, threads, ahead: the config's row_chunks, row_threads, row_ahead (0 = the measured rule); out of range
+// (conv1d_rows_knobs_ok): not ok.
+bool conv1d_rows_knobs_ok(int chunks, int threads, int ahead);
 Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int ahead, int num_sms);
 cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, const void* bias, void* y,
                                Conv1dShape s, const Conv1dRowsPlan& p, int cache_policy, cudaStream_t stream);

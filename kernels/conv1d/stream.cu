@@ -363,10 +363,8 @@ Conv1dStreamPlan conv1d_stream_plan(Conv1dShape s, int elem_bytes, const Conv1dS
     Conv1dStreamPlan p{};
     if ((elem_bytes != 2 && elem_bytes != 4) || cfg.stages < 2 || cfg.stages > 8 || cfg.ctas_per_sm < 0 ||
         cfg.ctas_per_sm > 8 || cfg.cache_policy < 0 || cfg.cache_policy > 3 || cfg.bulk < 0 || cfg.bulk > 1 ||
-        cfg.rows < 0 || cfg.rows > 1 || cfg.row_chunks < 0 || cfg.row_chunks > kConv1dRowsMaxChunks ||
-        (cfg.row_threads != 0 && cfg.row_threads != 256 && cfg.row_threads != 512 && cfg.row_threads != 1024) ||
-        cfg.row_ahead < 0 ||
-        cfg.row_ahead > kConv1dRowsMaxChunks || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
+        cfg.rows < 0 || cfg.rows > 1 || !conv1d_rows_knobs_ok(cfg.row_chunks, cfg.row_threads, cfg.row_ahead) ||
+        num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     if (cfg.rows == 1) {  // stream_rows.cu where it fits
         const Conv1dRowsPlan r =

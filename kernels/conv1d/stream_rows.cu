@@ -6,20 +6,21 @@
 // Mapping: one CTA of THREADS = 256, 512 or 1024 threads per RC consecutive output rows (RC = 1, 2, 4, 8, chosen
 // so the grid is about one CTA per SM: 1024->1024 @4 is 128 CTAs of 8 rows = 160 KB each). The CTA's RC rows are
 // one contiguous range of w; it copies all of it into shared memory at once with TMA bulk copies (one per row and
-// column chunk, every chunk completing on its own mbarrier), so all of the kernel's bytes are requested within the
-// first microsecond and no ring slot is ever reused. Meanwhile the threads load x into shared memory as fp32.
+// column chunk, every chunk completing on its own mbarrier, `ahead` chunks in flight: see below); no slot of shared
+// memory is ever reused. Meanwhile the threads load x into shared memory as fp32.
 // Per chunk (in order, as it lands): thread t takes columns j = t, t + THREADS, ... of the chunk, gathers its NO
 // x values once and feeds each to RC rows (RC x NO FMAs per column). Then a transposing warp reduction, a sum
-// over the THREADS / 32 warps in shared memory, the bias, y. THREADS is the `row_threads` knob (default 256); 512
-// and 1024 test whether more warps per SM (one CTA each) hide the x gather's shared-memory latency better.
-// `row_ahead` = D (1..chunks-1): warp 0 requests chunks 0..D-1 at launch and chunk c + D as soon as chunk c has
-// landed, so chunks land one after another and the FMAs of each overlap the stream of the next ones (with every
-// copy requested at launch, the chunks complete together: an H200 timeline put the first of 2 chunks at ~5.9 us,
-// about when all 160 KB had arrived, so nearly all FMAs ran after the last byte); 0 = all at launch.
+// over the THREADS / 32 warps in shared memory, the bias, y. THREADS is the `row_threads` knob (256, 512, 1024).
+// `row_ahead` = D: warp 0 requests chunks 0..D-1 at launch and chunk c + D as soon as chunk c has landed, so chunks
+// land one after another and the FMAs of each overlap the stream of the next ones (with every copy requested at
+// launch, D >= chunks, the chunks complete together: an H200 timeline put the first of 2 chunks at ~5.9 us, about
+// when all 160 KB had arrived, so nearly all FMAs ran after the last byte). The knobs' 0 = the plan's rule: >= 128 KB
+// of w per CTA in 4 chunks, 2 in flight, 512 threads (more warps hide the x gather's shared-memory latency); less
+// in one chunk of 256 threads.
 // Differences from stream.cu (per-lane 512-byte pieces of 8 x 8 rows in a ring, split over Cin*K across 8 CTAs,
 // the last CTA summing the partials): each CTA owns whole rows, so there is no cross-CTA reduction (no
 // workspace, no counters, no second phase after the last byte) and each CTA reads one contiguous 160 KB range;
-// there is no im2col (x is 16-32 KB, indexed directly), and the copies are issued all at once, not per stage.
+// there is no im2col (x is 16-32 KB, indexed directly), and no ring: every chunk has its own slot.
 // Measured on H200s (kernels/conv1d/NOTES.md), with every copy issued at launch: 2-3 chunks per row beat 1 and
 // 4+ (the chunks land together, so little overlaps; `row_ahead` below fixes that); a row-major
 // variant (one copy per row, x in registers per channel, taps unrolled) was 1 us slower at 1024->1024.
@@ -158,41 +159,37 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     }
 }
 
-struct RowsOpts {
-    int policy;  // cache_policy of the config
-};
-
 template <typename T, int NO, int RC, int THREADS>
-cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
+cudaError_t launch(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
                    cudaStream_t stream) {
     constexpr auto kernel = conv1d_rows_kernel<T, NO, RC, THREADS>;
     const cudaError_t err = ca::allow_dynamic_smem<kernel>(p.smem_bytes);
     if (err != cudaSuccess) return err;
-    const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, opt.policy,
+    const RowsArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.chunks, p.chunk_cols, policy,
                         p.ahead};
     kernel<<<p.ctas, THREADS, p.smem_bytes, stream>>>(x, w, b, y, args);
     return cudaGetLastError();
 }
 
 template <typename T, int NO, int RC>
-cudaError_t launch_rc(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
+cudaError_t launch_rc(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
                       cudaStream_t st) {
     switch (p.threads) {
-        case 256: return launch<T, NO, RC, 256>(x, w, b, y, s, p, opt, st);
-        case 512: return launch<T, NO, RC, 512>(x, w, b, y, s, p, opt, st);
-        case 1024: return launch<T, NO, RC, 1024>(x, w, b, y, s, p, opt, st);
+        case 256: return launch<T, NO, RC, 256>(x, w, b, y, s, p, policy, st);
+        case 512: return launch<T, NO, RC, 512>(x, w, b, y, s, p, policy, st);
+        case 1024: return launch<T, NO, RC, 1024>(x, w, b, y, s, p, policy, st);
         default: return cudaErrorInvalidValue;
     }
 }
 
 template <typename T, int NO>
-cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, RowsOpts opt,
+cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, const Conv1dRowsPlan& p, int policy,
                       cudaStream_t st) {
     switch (p.rows_per_cta) {
-        case 1: return launch_rc<T, NO, 1>(x, w, b, y, s, p, opt, st);
-        case 2: return launch_rc<T, NO, 2>(x, w, b, y, s, p, opt, st);
-        case 4: if constexpr (NO <= 8) return launch_rc<T, NO, 4>(x, w, b, y, s, p, opt, st); break;
-        case 8: if constexpr (NO <= 4) return launch_rc<T, NO, 8>(x, w, b, y, s, p, opt, st); break;
+        case 1: return launch_rc<T, NO, 1>(x, w, b, y, s, p, policy, st);
+        case 2: return launch_rc<T, NO, 2>(x, w, b, y, s, p, policy, st);
+        case 4: if constexpr (NO <= 8) return launch_rc<T, NO, 4>(x, w, b, y, s, p, policy, st); break;
+        case 8: if constexpr (NO <= 4) return launch_rc<T, NO, 8>(x, w, b, y, s, p, policy, st); break;
         default: break;
     }
     return cudaErrorInvalidValue;
@@ -200,24 +197,28 @@ cudaError_t launch_no(const T* x, const T* w, const T* b, T* y, Conv1dShape s, c
 
 template <typename T>
 cudaError_t launch_typed(const void* x, const void* w, const void* b, void* y, Conv1dShape s,
-                         const Conv1dRowsPlan& p, RowsOpts opt, cudaStream_t st) {
+                         const Conv1dRowsPlan& p, int policy, cudaStream_t st) {
     const T *xt = static_cast<const T*>(x), *wt = static_cast<const T*>(w), *bt = static_cast<const T*>(b);
     T* yt = static_cast<T*>(y);
     switch (p.outputs) {
-        case 4: return launch_no<T, 4>(xt, wt, bt, yt, s, p, opt, st);
-        case 8: return launch_no<T, 8>(xt, wt, bt, yt, s, p, opt, st);
-        case 16: return launch_no<T, 16>(xt, wt, bt, yt, s, p, opt, st);
+        case 4: return launch_no<T, 4>(xt, wt, bt, yt, s, p, policy, st);
+        case 8: return launch_no<T, 8>(xt, wt, bt, yt, s, p, policy, st);
+        case 16: return launch_no<T, 16>(xt, wt, bt, yt, s, p, policy, st);
         default: return cudaErrorInvalidValue;
     }
 }
 
 }  // namespace
 
+bool conv1d_rows_knobs_ok(int chunks, int threads, int ahead) {
+    return chunks >= 0 && chunks <= kConv1dRowsMaxChunks && ahead >= 0 && ahead <= kConv1dRowsMaxChunks &&
+           (threads == 0 || threads == 256 || threads == 512 || threads == 1024);
+}
+
 Conv1dRowsPlan conv1d_rows_plan(Conv1dShape s, int elem_bytes, int chunks, int threads, int ahead, int num_sms) {
     Conv1dRowsPlan p{};
-    if ((elem_bytes != 2 && elem_bytes != 4) || chunks < 0 || chunks > kConv1dRowsMaxChunks ||
-        (threads != 0 && threads != 256 && threads != 512 && threads != 1024) || ahead < 0 ||
-        ahead > kConv1dRowsMaxChunks || num_sms < 1 || s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
+    if ((elem_bytes != 2 && elem_bytes != 4) || !conv1d_rows_knobs_ok(chunks, threads, ahead) || num_sms < 1 ||
+        s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     const long long bl = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
     if (bl > 16 || (r * elem_bytes) % 16 != 0) return p;
@@ -251,11 +252,10 @@ cudaError_t conv1d_stream_rows(Conv1dDtype dtype, const void* x, const void* w, 
     if (!p.ok || (reinterpret_cast<uintptr_t>(w) & 15) != 0 || cache_policy < 0 || cache_policy > 3 || p.ahead < 1 ||
         p.ahead > p.chunks)
         return cudaErrorInvalidValue;
-    const RowsOpts opt{cache_policy};
     switch (dtype) {
-        case kConv1dF32: return launch_typed<float>(x, w, bias, y, s, p, opt, stream);
-        case kConv1dBF16: return launch_typed<__nv_bfloat16>(x, w, bias, y, s, p, opt, stream);
-        case kConv1dF16: return launch_typed<__half>(x, w, bias, y, s, p, opt, stream);
+        case kConv1dF32: return launch_typed<float>(x, w, bias, y, s, p, cache_policy, stream);
+        case kConv1dBF16: return launch_typed<__nv_bfloat16>(x, w, bias, y, s, p, cache_policy, stream);
+        case kConv1dF16: return launch_typed<__half>(x, w, bias, y, s, p, cache_policy, stream);
         default: return cudaErrorInvalidValue;
     }
 }
