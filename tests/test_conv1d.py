@@ -162,6 +162,10 @@ def test_tolerance_passes_fp32_and_tf32_and_catches_broken_outputs():
     assert ok(F.conv1d(x, w, b, padding=2), "float32")
     assert ok(F.conv1d(tf32(x), tf32(w), b, padding=2), "tf32")
     assert not ok(F.conv1d(tf32(x), tf32(w), b, padding=2), "float32")  # a TF32 result is not fp32-accurate
+    (xb, xs), (wb, ws) = (map(torch.from_numpy, tmodels.split_tf32(t.numpy())) for t in (x, w))
+    assert not ok(F.conv1d(xb, wb, b, padding=2), "float32")  # rounded to nearest: still TF32, not fp32
+    three = F.conv1d(xs, wb, None, padding=2) + F.conv1d(xb, ws, None, padding=2) + F.conv1d(xb, wb, b, padding=2)
+    assert ok(three, "float32")  # tiled.cu's 3xTF32 tensor-core engine keeps the fp32 bound
     assert not ok(F.conv1d(x, w, None, padding=2), "float32")           # bias forgotten
     w_dropped = w.clone()
     w_dropped[:, :, 4] = 0
@@ -251,6 +255,45 @@ def test_tiled_default_rule_picks_the_measured_bests():
     assert (explicit.tile, explicit.stages, explicit.cache_policy) == (1, 6, 2)  # a set knob overrides the rule
 
 
+@pytest.mark.parametrize("tile", range(len(tmodels.TILES)))
+def test_mma_engine_fragments_cover_the_tile_without_bank_conflicts(tile):
+    """MmaTile (tiled_engines.cuh): each warp instruction's 32 shared-memory reads hit 32 distinct banks, the A and B
+    fragments of a warp cover its rows x 8 k (8 k x its columns) once per k8 step, and the accumulators of all
+    threads cover the BM x BN tile once."""
+    p = tmodels.tiled_plan(64, 64, 256, 4, 5, {"tile": tile, "mma": 1})
+    warps_n, wm, wn, sb = tmodels.mma_warp_tile(p)
+    a, b = tmodels.mma_fragment_offsets(p)
+    for offsets in (a, b):
+        per_instruction = np.sort(offsets.reshape(-1, 32) % 32, axis=1)
+        assert (per_instruction == np.arange(32)).all()
+    sa = p.bk + 4
+    for warp in range(p.threads // 32):
+        m_rows = range((warp // warps_n) * wm, (warp // warps_n + 1) * wm)
+        n_cols = range((warp % warps_n) * wn, (warp % warps_n + 1) * wn)
+        for s, k8 in enumerate(range(0, p.bk, 8)):
+            rows, cols = np.divmod(a[warp, s].ravel(), sa)
+            assert sorted(zip(rows, cols, strict=True)) == [(r, c) for r in m_rows for c in range(k8, k8 + 8)]
+            ks, ns = np.divmod(b[warp, s].ravel(), sb)
+            assert sorted(zip(ks, ns, strict=True)) == [(k, n) for k in range(k8, k8 + 8) for n in n_cols]
+    rows, cols = tmodels.thread_elements(p)
+    assert np.bincount((rows * p.bn + cols).ravel(), minlength=p.bm * p.bn).tolist() == [1] * (p.bm * p.bn)
+
+
+def test_tiled_emulation_catches_a_wrong_mma_operand_split():
+    """The 3xTF32 emulation is fp32-accurate only with all three products: dropping a correction term fails."""
+    x, w, b = random_inputs(9, 200, 70, 4, 5)
+    ref = torch_conv(x, w, b)
+    p = tmodels.tiled_plan(9, 200, 70, 4, 5, {"tile": 1, "mma": 1})
+    y = tmodels.emulate_tiled(x, w, b, {"tile": 1, "mma": 1})[0]
+    assert p.mma == 1 and np.abs(y - ref).max() < 1e-6
+    keep = tmodels.split_tf32
+    try:  # a big-only split (1xTF32): the small parts vanish
+        tmodels.split_tf32 = lambda v: (keep(v)[0], np.zeros_like(keep(v)[1]))
+        assert np.abs(tmodels.emulate_tiled(x, w, b, {"tile": 1, "mma": 1})[0] - ref).max() > 1e-4
+    finally:
+        tmodels.split_tf32 = keep
+
+
 def tiled_runs(bsz, length):
     return bsz * length > models.STREAM_DEFAULTS["tiled_min_bl"]
 
@@ -290,9 +333,11 @@ def test_kernel_models_compute_the_convolution(dims):
         assert np.allclose(models.emulate_stream(x, w, b, 4, knobs, num_sms=4), ref, atol=1e-12), knobs
     for knobs in (None, RING, {**RING, "bulk": 1, "stages": 3}):
         assert np.allclose(models.emulate_stream(x, w, b, 2, knobs), ref, atol=1e-12)  # bf16/fp16 layout
-    for knobs, avec in ((None, None), ({"tile": 1, "stages": 2, "ctas_per_sm": 1}, False), ({"tile": 2}, None)):
+    for knobs, avec in ((None, None), ({"tile": 1, "stages": 2, "ctas_per_sm": 1}, False), ({"tile": 2}, None),
+                        ({"tile": 0, "mma": 1}, None), ({"tile": 2, "mma": 1}, False), ({"tile": 3, "mma": 0}, None)):
         y, writes, reads = tmodels.emulate_tiled(x, w, b, knobs, num_sms=8, avec=avec)
-        assert np.allclose(y, ref, atol=1e-12) and (writes == 1).all(), knobs
+        mma = tmodels.tiled_plan(*dims, knobs, 8).mma
+        assert np.allclose(y, ref, atol=1e-6 if mma else 1e-12) and (writes == 1).all(), knobs  # 3xTF32: ~2^-22
         assert (reads == tmodels.tiled_plan(*dims, knobs, 8).n_tiles).all()
     y, worst_writes = omodels.emulate_optimized(x, w, b)
     assert np.allclose(y, ref, atol=1e-12) and worst_writes == 1
@@ -490,17 +535,17 @@ HOST_MAIN = r"""
 int main() {
     const Conv1dStreamConfig ds;
     const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
+    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
            ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, ds.row_threads,
-           ds.row_ahead, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy, kConv1dOptimizedTiledMinBL,
+           ds.row_ahead, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy, dt.mma, kConv1dOptimizedTiledMinBL,
            kConv1dRowsMaxChunks);
     int B, Cin, Cout, L, K, sms;
     Conv1dStreamConfig s;
     Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
+    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
                  &s.rows_per_warp, &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &s.rows,
                  &s.row_chunks, &s.row_threads, &s.row_ahead, &t.tile, &t.stages, &t.ctas_per_sm,
-                 &t.cache_policy) == 20) {
+                 &t.cache_policy, &t.mma) == 21) {
         const Conv1dShape shape{B, Cin, Cout, L, K};
         for (int elem : {4, 2}) {
             const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
@@ -512,9 +557,9 @@ int main() {
                    r.threads, r.ahead, r.smem_bytes);
         }
         const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
-        printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm, q.tn,
-               q.threads, q.n_tiles, q.m_tiles, q.splits, q.k_steps, q.stages, q.smem_bytes, q.workspace_floats,
-               q.counters, q.cache_policy);
+        printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm,
+               q.tn, q.threads, q.n_tiles, q.m_tiles, q.splits, q.k_steps, q.stages, q.smem_bytes,
+               q.workspace_floats, q.counters, q.cache_policy, q.mma);
         Conv1dOptimizedConfig c{};
         const bool ok = conv1d_optimized_config(shape, &c);
         printf("%d %d %d %d %zu\n", ok, c.cpt, c.lt, c.threads, c.smem_bytes);
@@ -523,7 +568,7 @@ int main() {
 """
 STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks",
                "row_threads", "row_ahead")
-TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy")
+TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy", "mma")
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
@@ -548,8 +593,8 @@ def test_compiled_host_logic_matches_models(tmp_path):
         sk = [-1] * len(STREAM_KEYS) if i % 3 == 0 else [int(rng.choice(v)) for v in (
             (2, 4, 8), (1, 2, 4), (1, 2, 4, 8, 9), (0, 1, 2, 3), (0, 1, 3, 4), (0, 1, 1, 2), (0, 1, 1, 1, 2),
             (0, 1, 2, 3, 4, 7, 32, 33), (256, 512, 512, 1024, 1024, 384), (0, 0, 1, 2, 3, 32, 33, -2))]
-        tk = [-1] * 4 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
-                                                                         (0, 1, 2, 3), (-1, 0, 2))]
+        tk = [-1] * 5 if i % 3 == 0 else [int(rng.choice(v)) for v in ((-1, 0, 1, 2, 3, 4), (-1, 2, 3, 6, 8),
+                                                                         (0, 1, 2, 3), (-1, 0, 2), (-1, 0, 1, 2))]
         lines.append((s, int(rng.choice((132, 114, 7))) if i % 3 else 132, sk, tk))
     defaults = [*models.STREAM_DEFAULTS.values(), *tmodels.TILED_DEFAULTS.values()]
     rows_seen = [0, 0]  # plans with the rows path, and fitting rows plans at the knobs' row_chunks and row_threads

@@ -10,8 +10,9 @@ import numpy as np
 from ._models import MAX_DYNAMIC_SMEM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, chunk_range, knobs_with_defaults
 
 TILES = ((64, 32, 32, 4, 4), (64, 64, 32, 4, 8), (128, 64, 32, 8, 8), (128, 128, 32, 8, 8))  # BM, BN, BK, TM, TN
-TILED_DEFAULTS = {"tile": -1, "stages": -1, "ctas_per_sm": 2, "cache_policy": -1}  # conv1d.h Conv1dTiledConfig
+TILED_DEFAULTS = {"tile": -1, "stages": -1, "ctas_per_sm": 2, "cache_policy": -1, "mma": -1}  # Conv1dTiledConfig
 BIG_TILE_MACS = 1 << 30  # conv1d.h kConv1dTiledBigTileMacs: B*L > 64 with at least this many MACs -> tile 2
+MMA_MIN_N = 33  # conv1d.h kConv1dTiledMmaMinN: B*L from here runs the 3xTF32 tensor-core engine
 
 
 class TiledPlan(NamedTuple):
@@ -32,6 +33,7 @@ class TiledPlan(NamedTuple):
     workspace_floats: int = 0
     counters: int = 0
     cache_policy: int = 0
+    mma: int = 0
 
 
 def tiled_plan(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict | None = None,
@@ -39,7 +41,8 @@ def tiled_plan(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict | None =
     """conv1d_tiled_plan."""
     c = knobs_with_defaults(knobs, TILED_DEFAULTS)
     if (not -1 <= c["tile"] < len(TILES) or (c["stages"] != -1 and not 2 <= c["stages"] <= 8)
-            or not 1 <= c["ctas_per_sm"] <= 8 or not -1 <= c["cache_policy"] <= 3 or num_sms < 1
+            or not 1 <= c["ctas_per_sm"] <= 8 or not -1 <= c["cache_policy"] <= 3 or not -1 <= c["mma"] <= 1
+            or num_sms < 1
             or min(B, Cin, Cout, L, K) < 1):
         return TiledPlan()
     n, r = B * L, Cin * K
@@ -49,7 +52,8 @@ def tiled_plan(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict | None =
     n_tiles, m_tiles, k_steps = math.ceil(n / bn), math.ceil(Cout / bm), math.ceil(r / bk)
     if m_tiles > 65535 or n_tiles * m_tiles > 2**31 - 1:
         return TiledPlan()
-    stage_bytes = 4 * (bm * (bk + 4) + bk * bn)
+    mma = c["mma"] if c["mma"] != -1 else int(n >= MMA_MIN_N)
+    stage_bytes = 4 * (bm * (bk + 4) + bk * (bn + 8 * mma))  # B rows padded by 8 floats for the mma fragments
     budget = MAX_DYNAMIC_SMEM if c["ctas_per_sm"] == 1 else SMEM_PER_SM // c["ctas_per_sm"] - SMEM_RESERVED_PER_CTA
     stages = c["stages"] if c["stages"] != -1 else (4 if index == 0 else 3)
     while stages > 2 and stages * stage_bytes > budget:
@@ -58,16 +62,65 @@ def tiled_plan(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict | None =
     splits = max(1, min(min(k_steps, 65535), num_sms * c["ctas_per_sm"] // tiles))
     return TiledPlan(1, index, bm, bn, bk, tm, tn, (bm // tm) * (bn // tn), n_tiles, m_tiles, splits, k_steps, stages,
                      stages * stage_bytes, splits * tiles * bm * bn if splits > 1 else 0, tiles if splits > 1 else 0,
-                     c["cache_policy"] if c["cache_policy"] != -1 else (1 if n_tiles == 1 else 0))
+                     c["cache_policy"] if c["cache_policy"] != -1 else (1 if n_tiles == 1 else 0), mma)
 
 
 def thread_tile(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
-    """Rows (NT x TM) and columns (NT x TN) of its tile that each thread accumulates (interleaved mapping)."""
+    """SimtTile: rows (NT x TM) and columns (NT x TN) of its tile that each thread accumulates (interleaved)."""
     mg, ng = p.bm // p.tm, p.bn // p.tn
     tid = np.arange(mg * ng)
     rows = (tid // ng)[:, None] + np.arange(p.tm) * mg
     cols = (tid % ng)[:, None] * 4 + (np.arange(p.tn) // 4) * ng * 4 + np.arange(p.tn) % 4
     return rows, cols
+
+
+# mma.sync m16n8k8 .tf32 fragments (PTX ISA), lane = 4 g + t: register e of A at (row g + 8 (e % 2),
+# col t + 4 (e // 2)), register h of B at (k t + 4 h, n g), accumulator e at (row g + 8 (e // 2), col 2 t + e % 2).
+def mma_warp_tile(p: TiledPlan) -> tuple[int, int, int, int]:
+    """MmaTile: warps along N, warp tile rows and columns, for the plan's tile."""
+    warps_n = p.threads // 64
+    return warps_n, p.bm // 2, p.bn // warps_n, p.bn + 8
+
+
+def thread_elements(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Tile rows and columns (NT x E each) of every accumulator of every thread, in the engine's for_each order."""
+    if not p.mma:
+        rows, cols = thread_tile(p)
+        return np.repeat(rows[:, None, :], p.tn, 1).reshape(p.threads, -1), np.repeat(cols, p.tm, 1)
+    warps_n, wm, wn, _ = mma_warp_tile(p)
+    tid = np.arange(p.threads)[:, None, None, None]
+    i, j, e = np.ix_(np.arange(wm // 16), np.arange(wn // 8), np.arange(4))
+    warp, g, t = tid // 32, tid % 32 // 4, tid % 4
+    rows = (warp // warps_n) * wm + i * 16 + g + (e // 2) * 8
+    cols = (warp % warps_n) * wn + j * 8 + 2 * t + e % 2
+    rows, cols = np.broadcast_arrays(rows, cols)
+    return rows.reshape(p.threads, -1), cols.reshape(p.threads, -1)
+
+
+def mma_fragment_offsets(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Shared-memory float offsets that MmaTile.step reads per warp instruction: A (warps, k8 steps, MT, 4, 32 lanes)
+    from the stage's A ([BM][BK+4]) and B (warps, k8 steps, NT8, 2, 32) from its B ([BK][BN+8])."""
+    warps_n, wm, wn, sb = mma_warp_tile(p)
+    sa = p.bk + 4
+    warp, k8, i, e, lane = np.ix_(np.arange(p.threads // 32), np.arange(0, p.bk, 8), np.arange(wm // 16),
+                                  np.arange(4), np.arange(32))
+    g, t = lane // 4, lane % 4
+    a = ((warp // warps_n) * wm + i * 16 + g + (e % 2) * 8) * sa + k8 + t + (e // 2) * 4
+    j, h = np.arange(wn // 8)[:, None, None], np.arange(2)[:, None]
+    b = (k8 + t + h * 4) * sb + (warp % warps_n) * wn + j * 8 + g
+    return a, b
+
+
+def round_tf32(v: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32: fp32 rounded to 10 mantissa bits, to nearest, ties away from zero (low 13 bits zero)."""
+    bits = np.asarray(v, np.float32).view(np.uint32).astype(np.uint64)
+    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def split_tf32(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """MmaTile's operand split: big = tf32(v), small = tf32(v - big) (v - big is exact in fp32)."""
+    big = round_tf32(v)
+    return big, round_tf32(np.asarray(v, np.float32) - big)
 
 
 def load_a(W: np.ndarray, p: TiledPlan, m0: int, ks: int, avec: bool, counts: np.ndarray) -> np.ndarray:
@@ -124,8 +177,8 @@ def emulate_tiled(x: np.ndarray, w: np.ndarray, bias: np.ndarray, knobs: dict | 
     assert p.ok
     avec = R % 4 == 0 if avec is None else avec
     W = w.reshape(Cout, R)
-    nt, mg, ng, st = p.threads, p.bm // p.tm, p.bn // p.tn, p.stages
-    rows, cols = thread_tile(p)
+    nt, st = p.threads, p.stages
+    rows, cols = thread_elements(p)
     y, writes, reads = np.full((B, Cout, L), np.nan), np.zeros((B, Cout, L), int), np.zeros((Cout, R), int)
     ws = np.full((p.splits, p.n_tiles * p.m_tiles, p.bm * p.bn), np.nan)
 
@@ -144,7 +197,7 @@ def emulate_tiled(x: np.ndarray, w: np.ndarray, bias: np.ndarray, knobs: dict | 
             for s in range(min(st - 1, nks)):
                 a_s[s], b_s[s] = load_a(W, p, m0, ks_begin + s, avec, reads), load_b(x, K, p, n0, ks_begin + s)
                 tag[s] = s
-            acc = np.zeros((nt, p.tm, p.tn))
+            acc = np.zeros(rows.shape)
             read_slot, write_slot = 0, st - 1
             for i in range(nks):
                 if i + st - 1 < nks:
@@ -154,13 +207,12 @@ def emulate_tiled(x: np.ndarray, w: np.ndarray, bias: np.ndarray, knobs: dict | 
                     a_s[write_slot], b_s[write_slot] = load_a(W, p, m0, ks, avec, reads), load_b(x, K, p, n0, ks)
                     tag[write_slot] = i + st - 1
                 assert tag[read_slot] == i
-                acc += np.einsum("trk,ktc->trc", a_s[read_slot][rows, :p.bk], b_s[read_slot][:, cols])
+                acc += stage_product(a_s[read_slot][rows, :p.bk], b_s[read_slot][:, cols], p.mma)
                 read_slot, write_slot = (read_slot + 1) % st, (write_slot + 1) % st
             if p.splits == 1:
-                store_y(np.broadcast_to(m0 + rows[:, :, None], acc.shape), np.broadcast_to(n0 + cols[:, None, :],
-                        acc.shape), acc)
+                store_y(m0 + rows, n0 + cols, acc)
                 continue
-            local = (rows[:, :, None] * p.bn + cols[:, None, :]).reshape(-1)  # the float4 stores, element-wise
+            local = (rows * p.bn + cols).reshape(-1)  # the float4 / float2 stores, element-wise
             assert np.isnan(ws[split, tile, local]).all() and np.unique(local).size == p.bm * p.bn
             ws[split, tile, local] = acc.reshape(-1)
         if p.splits > 1:  # the last CTA of the tile: float4 e = tid + p*NT, splits in order
@@ -168,8 +220,17 @@ def emulate_tiled(x: np.ndarray, w: np.ndarray, bias: np.ndarray, knobs: dict | 
             e = e[:, :, None] + np.arange(4)
             total = sum(ws[sp, tile][e] for sp in range(p.splits))
             store_y(m0 + e // p.bn, n0 + e % p.bn, total)
-    assert mg * ng == nt
     return y, writes, reads
+
+
+def stage_product(a: np.ndarray, b: np.ndarray, mma: int) -> np.ndarray:
+    """One k-step of every accumulator: a (NT, E, BK) and b (BK, NT, E) gathered at the accumulators' rows/columns;
+    fp64 sums of exact products, those of the 3xTF32 split on the mma engine (a_s b_b + a_b b_s + a_b b_b)."""
+    if not mma:
+        return np.einsum("tek,kte->te", a, b)
+    (ab, as_), (bb, bs) = split_tf32(a), split_tf32(b)
+    ab, as_, bb, bs = (v.astype(np.float64) for v in (ab, as_, bb, bs))
+    return sum(np.einsum("tek,kte->te", u, v) for u, v in ((as_, bb), (ab, bs), (ab, bb)))
 
 
 def tiled_weight_reads(Cin: int, Cout: int, K: int, B: int, L: int, knobs: dict | None = None) -> np.ndarray:
@@ -194,9 +255,8 @@ def tiled_output_writes(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict
     N = B * L
     ntile, mtile = np.ix_(np.arange(p.n_tiles), np.arange(p.m_tiles))
     if p.splits == 1:
-        rows, cols = thread_tile(p)
-        co = mtile[:, :, None, None, None] * p.bm + rows[None, None, :, :, None]
-        col = ntile[:, :, None, None, None] * p.bn + cols[None, None, :, None, :]
+        rows, cols = thread_elements(p)
+        co, col = mtile[:, :, None, None] * p.bm + rows[None, None], ntile[:, :, None, None] * p.bn + cols[None, None]
     else:
         e = 4 * (np.arange(p.threads)[:, None] + np.arange(p.bm * p.bn // 4 // p.threads) * p.threads)
         e = (e[:, :, None] + np.arange(4))[None, None]

@@ -5,11 +5,12 @@
 Builds the extension, then for each configuration and target shape: parity against the float64 reference
 (the family's fp32 tolerance, as `dpk parity`), then the cold-L2 median with dpk's timing engine (the L2 flush
 before every sample, CUDA events; what `dpk bench --mode cold` reports). Targets: the two 21 MB batch-1 shapes
-(stream kernel: structure, then L2 policy, then ring depth around the best, then the TMA bulk ring: ring depth x
-policy on the best cp.async structure and rpw 4/8 x v 1/2 x cta 1/2) and the batch-8/64 Push-T shapes
-(tiled kernel: tile x stages x CTAs per SM, then L2 policy). The variants' defaults and cuDNN are timed as
-reference rows. Prints one row per measurement as it goes (so a cut-off run still reports), then the best
-configuration per shape. About 2-3 minutes of GPU time on an H200, the extension build (~1 min) excluded.
+(stream kernel: structure, then L2 policy, then ring depth around the best, then the TMA bulk ring: ring depth
+x policy on the best cp.async structure and rpw 4/8 x v 1/2 x cta 1/2) and the batch-8/64 Push-T shapes (tiled
+kernel: engine (fp32 FMAs or 3xTF32 tensor cores) x tile x stages x CTAs per SM, then L2 policy). The variants'
+defaults and cuDNN are timed as reference rows. Prints one row per measurement as it goes (so a cut-off run still
+reports), then the best configuration per shape. About 2-3 minutes of GPU time on an H200, the extension build
+(~1 min) excluded.
 """
 from __future__ import annotations
 
@@ -64,7 +65,7 @@ def stream_name(k: ck.StreamKnobs) -> str:
 def tiled_name(k: ck.TiledKnobs) -> str:
     def v(x: int) -> str:  # -1: conv1d.h's rule (the plan column shows what it chose)
         return "auto" if x == -1 else str(x)
-    return f"tiled t{v(k.tile)} st{v(k.stages)} cta{k.ctas_per_sm} pol{v(k.cache_policy)}"
+    return f"tiled t{v(k.tile)} st{v(k.stages)} cta{k.ctas_per_sm} pol{v(k.cache_policy)} mma{v(k.mma)}"
 
 
 class Bench:
@@ -129,7 +130,7 @@ class Bench:
     def tiled(self, k: ck.TiledKnobs, shape: str) -> float:
         knobs = ck.OptimizedKnobs(tiled_min_bl=0, tiled=k)
         p = ck.extension().tiled_plan(*shape_of(shape), k.as_list(), self.sms())
-        plan = f"{p[2]}x{p[3]}x{p[4]}: {p[8]}x{p[9]}x{p[10]} CTAs, st{p[12]}, {p[13] // 1024} KB, pol{p[16]}"
+        plan = f"{p[2]}x{p[3]}x{p[4]}: {p[8]}x{p[9]}x{p[10]} CTAs, st{p[12]}, {p[13] // 1024} KB, pol{p[16]} mma{p[17]}"
         return self.run(tiled_name(k), shape, lambda x, w, b: ck.run_optimized(x, w, b, knobs), plan=plan)
 
     def save(self) -> None:
@@ -240,10 +241,11 @@ def sweep_tiled(bench: Bench, quick: bool) -> None:
         return ck.TiledKnobs(**{**base.__dict__, **kw})
     for shape in TILED_SHAPES:
         scores = {}
-        for tile in range(4):
-            for cta in ((1,) if tile == 3 else (1, 2)):  # tile 3 (256 threads, ~170 registers) fits once per SM
+        for mma, tile in ((m, t) for m in (0, 1) for t in range(4)):
+            # tile 3 (256 threads, ~160-170 registers) fits once per SM; the mma engine's 128-thread tiles 3 times
+            for cta in ((1,) if tile == 3 else (1, 2, 3) if mma else (1, 2)):
                 for st in ((4,) if quick else (3, 4, 6)):
-                    k = d(tile=tile, stages=st, ctas_per_sm=cta, cache_policy=0)  # policy: swept below
+                    k = d(tile=tile, stages=st, ctas_per_sm=cta, cache_policy=0, mma=mma)  # policy: swept below
                     scores[k] = bench.tiled(k, shape)
         best = min(scores, key=scores.get)
         for pol in (0, 1, 2):

@@ -1,4 +1,4 @@
-// binding.cpp: torch glue for the conv1d CUDA kernels (naive.cu, optimized.cu, stream.cu, tiled.cu).
+// binding.cpp: torch glue for the conv1d CUDA kernels (naive.cu, optimized.cu, stream.cu, stream_rows.cu, tiled.cu).
 //
 // Checks what the launchers rely on (the Python helper _validate.py has already given the user-facing
 // errors: these are the last line of defence), picks the path (optimized: seed kernel for B*L <= tiled_min_bl,
@@ -24,7 +24,7 @@
 namespace {
 
 using Knobs = std::optional<std::vector<int64_t>>;
-constexpr size_t kTiledKnobs = 4, kStreamKnobs = 11;  // lengths of the knob lists (see *_config below)
+constexpr size_t kTiledKnobs = 5, kStreamKnobs = 11;  // lengths of the knob lists (see *_config below)
 
 Conv1dShape check_inputs(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const char* who,
                          std::initializer_list<at::ScalarType> dtypes) {
@@ -60,13 +60,14 @@ void check_length(const Knobs& k, size_t n, const char* who) {
     TORCH_CHECK_VALUE(!k || k->size() == n, who, ": expected ", n, " config values, got ", k ? k->size() : 0);
 }
 
-// [tile, stages, ctas_per_sm, cache_policy], read from position `at`
+// [tile, stages, ctas_per_sm, cache_policy, mma], read from position `at`
 Conv1dTiledConfig tiled_config(const Knobs& k, size_t at) {
     Conv1dTiledConfig c;
     c.tile = knob(k, at, c.tile);
     c.stages = knob(k, at + 1, c.stages);
     c.ctas_per_sm = knob(k, at + 2, c.ctas_per_sm);
     c.cache_policy = knob(k, at + 3, c.cache_policy);
+    c.mma = knob(k, at + 4, c.mma);
     return c;
 }
 
@@ -133,7 +134,7 @@ at::Tensor run_tiled(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
     const int sms = sm_count(x.device());
     const Conv1dTiledPlan plan = conv1d_tiled_plan(s, cfg, sms);
     TORCH_CHECK_VALUE(plan.ok, who, ": tiled config out of range (tile ", cfg.tile, ", stages ", cfg.stages,
-                      ", ctas_per_sm ", cfg.ctas_per_sm, ", cache_policy ", cfg.cache_policy, ")");
+                      ", ctas_per_sm ", cfg.ctas_per_sm, ", cache_policy ", cfg.cache_policy, ", mma ", cfg.mma, ")");
     at::Tensor y = at::empty({s.B, s.Cout, s.L}, x.options());
     const SplitBuffers buf = split_buffers(x, plan.workspace_floats, plan.counters);
     check_launch(conv1d_tiled_f32(x.data_ptr<float>(), w.data_ptr<float>(), b.data_ptr<float>(), y.data_ptr<float>(),
@@ -156,7 +157,7 @@ at::Tensor naive(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b) 
     return y;
 }
 
-// knobs: [tiled_min_bl, tile, stages, ctas_per_sm, cache_policy]
+// knobs: [tiled_min_bl, tile, stages, ctas_per_sm, cache_policy, mma]
 at::Tensor optimized(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Knobs& knobs) {
     const Conv1dShape s = check_inputs(x, w, b, "conv1d.optimized", {at::kFloat});
     check_length(knobs, 1 + kTiledKnobs, "conv1d.optimized");
@@ -174,7 +175,7 @@ at::Tensor optimized(const at::Tensor& x, const at::Tensor& w, const at::Tensor&
 }
 
 // knobs: [rows_per_warp, vecs_per_row, stages, ctas_per_sm, cache_policy, tiled_min_bl, bulk, rows, row_chunks,
-//         row_threads, row_ahead, tile, tiled_stages, tiled_ctas_per_sm, tiled_cache_policy]
+//         row_threads, row_ahead, tile, tiled_stages, tiled_ctas_per_sm, tiled_cache_policy, tiled_mma]
 at::Tensor stream(const at::Tensor& x, const at::Tensor& w, const at::Tensor& b, const Knobs& knobs) {
     const Conv1dShape s = check_inputs(x, w, b, "conv1d.stream", {at::kFloat, at::kBFloat16, at::kHalf});
     check_length(knobs, kStreamKnobs + kTiledKnobs, "conv1d.stream");
@@ -220,7 +221,7 @@ std::vector<int64_t> tiled_plan(int64_t B, int64_t Cin, int64_t Cout, int64_t L,
         tiled_config(knobs, 0), static_cast<int>(num_sms));
     return {p.ok, p.tile, p.bm, p.bn, p.bk, p.tm, p.tn, p.threads, p.n_tiles, p.m_tiles, p.splits, p.k_steps,
             p.stages, static_cast<int64_t>(p.smem_bytes), static_cast<int64_t>(p.workspace_floats), p.counters,
-            p.cache_policy};
+            p.cache_policy, p.mma};
 }
 
 std::vector<int64_t> optimized_config(int64_t B, int64_t Cin, int64_t Cout, int64_t L, int64_t K) {
@@ -236,7 +237,7 @@ std::vector<int64_t> optimized_config(int64_t B, int64_t Cin, int64_t Cout, int6
 std::vector<int64_t> default_knobs(const std::string& which) {
     const Conv1dStreamConfig s;
     const Conv1dTiledConfig t;
-    const std::vector<int64_t> tiled{t.tile, t.stages, t.ctas_per_sm, t.cache_policy};
+    const std::vector<int64_t> tiled{t.tile, t.stages, t.ctas_per_sm, t.cache_policy, t.mma};
     std::vector<int64_t> out;
     if (which == "stream") {
         out = {s.rows_per_warp, s.vecs_per_row, s.stages, s.ctas_per_sm, s.cache_policy, s.tiled_min_bl, s.bulk,
@@ -265,7 +266,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
           pybind11::arg("elem_bytes"), pybind11::arg("knobs") = none, pybind11::arg("num_sms") = 132);
     m.def("tiled_plan", &tiled_plan,
           "(ok, tile, bm, bn, bk, tm, tn, threads, n_tiles, m_tiles, splits, k_steps, stages, smem_bytes,"
-          " workspace_floats, counters) of the tiled kernel",
+          " workspace_floats, counters, cache_policy, mma) of the tiled kernel",
           pybind11::arg("B"), pybind11::arg("Cin"), pybind11::arg("Cout"), pybind11::arg("L"), pybind11::arg("K"),
           pybind11::arg("knobs") = none, pybind11::arg("num_sms") = 132);
     m.def("default_knobs", &default_knobs, "the knob list a variant runs with ('stream' or 'optimized')");

@@ -33,18 +33,22 @@ cudaError_t conv1d_optimized_f32(const float* x, const float* w, const float* bi
                                  cudaStream_t stream);
 constexpr int kConv1dOptimizedTiledMinBL = 16;  // default: B*L above this runs tiled.cu
 
-// tiled.cu: im2col-in-shared-memory SIMT GEMM (fp32 FMAs), Y[Cout x B*L] = W[Cout x Cin*K] * X^[Cin*K x B*L],
-// with a cp.async pipeline and split-K; the large-B*L path of both `optimized` and `stream`.
+// tiled.cu: im2col-in-shared-memory GEMM, Y[Cout x B*L] = W[Cout x Cin*K] * X^[Cin*K x B*L], on fp32 FMAs or
+// 3xTF32 tensor cores (fp32 accuracy), with a cp.async pipeline and split-K; the large-B*L path of both
+// `optimized` and `stream`.
 constexpr int kConv1dTiledTiles = 4;  // tile shapes (BM, BN, BK, TM, TN) in tiled.cu's table
 // -1 = by rule (tuned on the H200, cold L2; NOTES.md): tile 0 for N = B*L <= 32, 1 for N <= 64, else 2 when the
 // GEMM has >= 2^30 MACs (N*Cout*Cin*K) and 1 below; stages 4 for tile 0, 3 otherwise; cache_policy 1
-// (evict_first) when one N tile (each weight read once), 0 when several N tiles re-read the weights from L2.
+// (evict_first) when one N tile (each weight read once), 0 when several N tiles re-read the weights from L2;
+// mma 1 (3xTF32 tensor cores) for N >= kConv1dTiledMmaMinN, where the FMAs rather than the weight stream decide.
 constexpr long long kConv1dTiledBigTileMacs = 1LL << 30;
+constexpr int kConv1dTiledMmaMinN = 33;
 struct Conv1dTiledConfig {
     int tile = -1;          // index into the tile table, or -1 (rule above)
     int stages = -1;        // cp.async pipeline depth, 2..8 (lowered until ctas_per_sm CTAs fit an SM), or -1
     int ctas_per_sm = 2;    // split-K fills SMs x this many CTAs
     int cache_policy = -1;  // weight loads, as async_copy.cuh: 0 plain, 1 evict_first, 2 +256B, 3 256B only; -1
+    int mma = -1;           // 1: 3xTF32 tensor cores (mma.sync m16n8k8), 0: fp32 FMAs, -1: the rule above
 };
 struct Conv1dTiledPlan {
     bool ok;                 // false: config out of range
@@ -55,6 +59,7 @@ struct Conv1dTiledPlan {
     size_t workspace_floats;  // splits * tiles * BM * BN (0 when splits == 1)
     int counters;             // one per (n tile, m tile) when splits > 1
     int cache_policy;         // as run
+    int mma;                  // as run: 1 tensor cores (3xTF32), 0 fp32 FMAs
 };
 Conv1dTiledPlan conv1d_tiled_plan(Conv1dShape s, const Conv1dTiledConfig& cfg, int num_sms);
 cudaError_t conv1d_tiled_f32(const float* x, const float* w, const float* bias, float* y, float* workspace,

@@ -35,16 +35,18 @@ _ext_error: dpk.Unavailable | None = None
 @dataclass(frozen=True)
 class TiledKnobs:
     """Conv1dTiledConfig: tile (0..3, table in tiled.cu), cp.async stages (2..8), CTAs per SM the split-K grid
-    fills (1..8), L2 policy of the weight loads (0 plain, 1 evict_first, 2 evict_first + 256 B, 3 256 B).
-    -1: the default; for tile, stages and policy that is conv1d.h's rule by B*L, Cout and Cin*K."""
+    fills (1..8), L2 policy of the weight loads (0 plain, 1 evict_first, 2 evict_first + 256 B, 3 256 B), math
+    engine (mma 1: 3xTF32 tensor cores, 0: fp32 FMAs). -1: the default; for tile, stages, policy and mma that is
+    conv1d.h's rule by B*L, Cout and Cin*K."""
 
     tile: int = -1
     stages: int = -1
     ctas_per_sm: int = -1
     cache_policy: int = -1
+    mma: int = -1
 
     def as_list(self) -> list[int]:
-        return [self.tile, self.stages, self.ctas_per_sm, self.cache_policy]
+        return [self.tile, self.stages, self.ctas_per_sm, self.cache_policy, self.mma]
 
 
 @dataclass(frozen=True)

@@ -1,30 +1,34 @@
-// tiled.cu: conv1d as an implicit GEMM on CUDA cores (fp32 FMAs), the large-B*L path of `optimized` and `stream`.
+// tiled.cu: conv1d as an implicit GEMM, the large-B*L path of `optimized` and `stream`, on CUDA cores (fp32 FMAs)
+// or on tensor cores (3xTF32: fp32 accuracy from three TF32 products, tiled_engines.cuh).
 //
 // Y[co, n] = bias[co] + sum_{j < R} W[co, j] * X^[j, n], with n = b*L + l (N = B*L columns), R = Cin*K,
 // W = w viewed as Cout x R (row-major, contiguous), X^[j, n] = x[b, j / K, l + j % K - K/2] (zero outside
-// [0, L)): the im2col matrix, never materialised in global memory. fp32 storage and arithmetic (no TF32).
+// [0, L)): the im2col matrix, never materialised in global memory. fp32 storage, fp32 accumulation.
 //
 // Mapping: grid (N tiles, Cout tiles, splits); a CTA computes a BM x BN tile of Y over its contiguous share of
 // the R/BK k-steps (split-K, so that SMs x ctas_per_sm CTAs run even when the tiles alone are few: 1024->1024
-// at B=64 has 8 x 4 tiles of 128 x 64). Thread (im, in) of the MG x NG grid (MG = BM/TM, NG = BN/TN) owns rows
-// im + r*MG (r < TM) and columns in*4 + c*4*NG + q (c < TN/4, q < 4): interleaved, so that a warp's LDS.128 of
-// A reads 4 (or 2) rows SA = BK+4 floats apart (distinct banks) and its LDS.128 of B reads 128 contiguous bytes.
+// at B=64 has 8 x 4 tiles of 128 x 64). The math engine (`mma` knob: SimtTile or MmaTile, tiled_engines.cuh)
+// owns the thread -> accumulator mapping; both have NT = (BM/TM) x (BN/TN) threads, so the loads are shared.
 // Per k-step, `stages`-deep cp.async pipeline (one barrier per step):
 //   A: BM x BK of W, 16-byte copies along j (4-byte when R % 4 != 0 or w is misaligned), zero-filled past
 //      Cout/R, with the weight-stream L2 policy knob; stored [BM][BK+4].
 //   B: BK x BN of X^, gathered with 4-byte zero-filling copies (the zero padding of the conv is the src-size-0
-//      case): thread t owns column t % BN and rows t / BN + i*(NT/BN), its (ci, k) advanced without divisions.
-//   TM x TN register tile: per 4 k, TM LDS.128 of A and 4 x TN/4 LDS.128 of B for 4*TM*TN FMAs.
-// Epilogue: splits == 1: y = acc + bias. Else the tile's partials go to the workspace (tile-contiguous, 16-byte
-// stores) and the last CTA of the tile to arrive (async_copy.cuh: arrived_last) sums the splits in order with
-// 16-byte loads (deterministic), adds the bias and writes y.
+//      case): thread t owns column t % BN and rows t / BN + i*(NT/BN), its (ci, k) advanced without divisions;
+//      stored [BK][BN] (SIMT) or [BK][BN+8] (MMA: conflict-free B fragments).
+// Epilogue: splits == 1: y = acc + bias. Else the tile's partials go to the workspace (tile-contiguous) and the
+// last CTA of the tile to arrive (async_copy.cuh: arrived_last) sums the splits in order with 16-byte loads
+// (deterministic), adds the bias and writes y.
 // Floors at B=64 (1024->1024 or 2048->512, k=5): 2.7 GFLOP = 1.34 G FMA, 40-45 us on 132 SMs x 128 FP32 lanes
-// at 1.75-1.98 GHz; cuDNN's TF32 path took 91 us. At B=8 (N = 32) it is the weight stream plus 5.7 us of FMAs.
+// at 1.75-1.98 GHz (SIMT ran 109-116 us); cuDNN's TF32 path took 89 us. 3xTF32 issues 3 x 2.7 GFLOP of TF32
+// mma: 16 us at the H200's dense TF32 peak (495 TFLOP/s, a wgmma figure; mma.sync gets less). At B=8 (N = 32)
+// it is the weight stream plus 5.7 us of FMAs.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "async_copy.cuh"
 #include "conv1d.h"
+#include "tiled_engines.cuh"
 
 namespace {
 
@@ -37,31 +41,31 @@ struct TileShape {
 constexpr TileShape kTiles[kConv1dTiledTiles] = {
     {64, 32, 32, 4, 4}, {64, 64, 32, 4, 8}, {128, 64, 32, 8, 8}, {128, 128, 32, 8, 8}};
 constexpr int threads_of(const TileShape& t) { return (t.bm / t.tm) * (t.bn / t.tn); }
-constexpr int stage_floats(const TileShape& t) { return t.bm * (t.bk + 4) + t.bk * t.bn; }
+// A [BM][BK+4], then B [BK][SB] with SB = BN (SIMT) or BN + 8 (MMA)
+__host__ __device__ constexpr int stage_floats(int bm, int bn, int bk, int sb) { return bm * (bk + 4) + bk * sb; }
+constexpr int b_stride(const TileShape& t, bool mma) { return mma ? t.bn + 8 : t.bn; }
 
 struct TiledArgs {
     int B, Cin, Cout, L, K;
     int splits, k_steps, stages, policy;
 };
 
-template <int BM, int BN, int BK, int TM, int TN, bool AVEC>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+template <class Engine, int BM, int BN, int BK, bool AVEC>
+__global__ void __launch_bounds__(Engine::kThreads)
 conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
                     float* __restrict__ y, float* __restrict__ ws, unsigned* __restrict__ counters, TiledArgs a) {
-    constexpr int MG = BM / TM, NG = BN / TN, NT = MG * NG;
-    constexpr int SA = BK + 4;                // A row stride (floats): 4 rows hit 4 distinct 16-byte bank groups
-    constexpr int STAGE = BM * SA + BK * BN;  // floats per stage: A [BM][SA], then B [BK][BN]
-    constexpr int A_WIDTH = AVEC ? 4 : 1;     // floats per A copy (16 or 4 bytes)
+    constexpr int NT = Engine::kThreads, SA = BK + 4, SB = Engine::kBStride;
+    constexpr int STAGE = stage_floats(BM, BN, BK, SB);  // floats per stage: A [BM][SA], then B [BK][SB]
+    constexpr int A_WIDTH = AVEC ? 4 : 1;                 // floats per A copy (16 or 4 bytes)
     constexpr int A_PER_ROW = BK / A_WIDTH, A_COPIES = BM * A_PER_ROW / NT, A_ROW_STEP = NT / A_PER_ROW;
     constexpr int B_ELEMS = BK * BN / NT, K_STRIDE = NT / BN;  // B: rows K_STRIDE apart per thread
-    constexpr int P = BM * BN / 4 / NT;       // float4 outputs per thread in the split sum
-    static_assert(NT % BN == 0 && NT % A_PER_ROW == 0 && A_COPIES * A_ROW_STEP == BM && BK % 4 == 0 &&
-                  TN % 4 == 0 && P >= 1, "tile shape");
+    constexpr int P = BM * BN / 4 / NT;                        // float4 outputs per thread in the split sum
+    static_assert(NT % BN == 0 && NT % A_PER_ROW == 0 && A_COPIES * A_ROW_STEP == BM && P >= 1, "tile shape");
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     __shared__ unsigned s_last;
 
-    const int tid = threadIdx.x, im = tid / NG, in = tid % NG;
+    const int tid = threadIdx.x;
     const int n0 = blockIdx.x * BN, m0 = blockIdx.y * BM, split = blockIdx.z;
     const int R = a.Cin * a.K, N = a.B * a.L, pad = a.K / 2;
     const int ks_begin = static_cast<int>(static_cast<long long>(split) * a.k_steps / a.splits);
@@ -100,7 +104,7 @@ conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, co
         for (int i = 0; i < B_ELEMS; ++i) {
             const int pos = nl + k - pad;
             const bool ok = n_ok && ci < a.Cin && pos >= 0 && pos < a.L;  // ci < Cin <=> j < R
-            ca::copy4(Bs + (kk0 + i * K_STRIDE) * BN + nn, ok ? x_n + static_cast<size_t>(ci) * a.L + pos : x, ok);
+            ca::copy4(Bs + (kk0 + i * K_STRIDE) * SB + nn, ok ? x_n + static_cast<size_t>(ci) * a.L + pos : x, ok);
             k += step_k;
             ci += step_ci;
             if (k >= a.K) k -= a.K, ++ci;
@@ -110,12 +114,7 @@ conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, co
         if (next_k >= a.K) next_k -= a.K, ++next_ci;
     };
 
-    float acc[TM][TN];
-#pragma unroll
-    for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
-
+    Engine engine(tid);
     for (int s = 0; s < a.stages - 1; ++s) {
         if (s < nks) load_stage(ks_begin + s, s);
         ca::commit();
@@ -129,53 +128,21 @@ conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, co
         const float* As = smem + read_slot * STAGE;
         read_slot = read_slot + 1 == a.stages ? 0 : read_slot + 1;
         write_slot = write_slot + 1 == a.stages ? 0 : write_slot + 1;
-        const float* Bs = As + BM * SA;
-#pragma unroll
-        for (int k4 = 0; k4 < BK; k4 += 4) {
-            float4 av[TM];
-#pragma unroll
-            for (int r = 0; r < TM; ++r) av[r] = *reinterpret_cast<const float4*>(As + (im + r * MG) * SA + k4);
-#pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                float bv[TN];
-#pragma unroll
-                for (int c = 0; c < TN / 4; ++c) {
-                    const float4 t = *reinterpret_cast<const float4*>(Bs + (k4 + q) * BN + in * 4 + c * NG * 4);
-                    bv[4 * c] = t.x, bv[4 * c + 1] = t.y, bv[4 * c + 2] = t.z, bv[4 * c + 3] = t.w;
-                }
-#pragma unroll
-                for (int r = 0; r < TM; ++r) {
-                    const float ar = q == 0 ? av[r].x : (q == 1 ? av[r].y : (q == 2 ? av[r].z : av[r].w));
-#pragma unroll
-                    for (int c = 0; c < TN; ++c) acc[r][c] += ar * bv[c];
-                }
-            }
-        }
+        engine.step(As, As + BM * SA);
     }
 
     if (a.splits == 1) {
-#pragma unroll
-        for (int c = 0; c < TN; ++c) {
-            const int col = n0 + in * 4 + (c / 4) * NG * 4 + c % 4;
-            if (col >= N) continue;
-            const int b = col / a.L, l = col - b * a.L;
-#pragma unroll
-            for (int r = 0; r < TM; ++r) {
-                const int co = m0 + im + r * MG;
-                if (co < a.Cout) y[(static_cast<size_t>(b) * a.Cout + co) * a.L + l] = acc[r][c] + bias[co];
-            }
-        }
+        engine.for_each([&](int row, int col, float v) {
+            const int co = m0 + row, nc = n0 + col;
+            if (co >= a.Cout || nc >= N) return;
+            const int b = nc / a.L, l = nc - b * a.L;
+            y[(static_cast<size_t>(b) * a.Cout + co) * a.L + l] = v + bias[co];
+        });
         return;
     }
     const int tile = blockIdx.y * gridDim.x + blockIdx.x;
     const size_t split_stride = static_cast<size_t>(gridDim.x) * gridDim.y * BM * BN;
-    float* part = ws + split * split_stride + static_cast<size_t>(tile) * BM * BN;
-#pragma unroll
-    for (int r = 0; r < TM; ++r)
-#pragma unroll
-        for (int c = 0; c < TN / 4; ++c)
-            *reinterpret_cast<float4*>(part + (im + r * MG) * BN + in * 4 + c * NG * 4) =
-                make_float4(acc[r][4 * c], acc[r][4 * c + 1], acc[r][4 * c + 2], acc[r][4 * c + 3]);
+    engine.store_partials(ws + split * split_stride + static_cast<size_t>(tile) * BM * BN);
     if (!ca::arrived_last(counters + tile, a.splits, &s_last)) return;
     const float4* tile_ws = reinterpret_cast<const float4*>(ws + static_cast<size_t>(tile) * BM * BN);
     float4 sum[P];
@@ -202,12 +169,15 @@ conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, co
     }
 }
 
-template <int T>
+template <int T, bool MMA>
 cudaError_t launch_tile(const float* x, const float* w, const float* b, float* y, float* ws, unsigned* counters,
                         Conv1dShape s, const Conv1dTiledPlan& p, int policy, cudaStream_t stream) {
     constexpr TileShape t = kTiles[T];
-    constexpr auto kVec = conv1d_tiled_kernel<t.bm, t.bn, t.bk, t.tm, t.tn, true>;
-    constexpr auto kScalar = conv1d_tiled_kernel<t.bm, t.bn, t.bk, t.tm, t.tn, false>;
+    using Engine = std::conditional_t<MMA, conv1d_tiled::MmaTile<t.bm, t.bn, t.bk, threads_of(t)>,
+                                      conv1d_tiled::SimtTile<t.bm, t.bn, t.bk, t.tm, t.tn>>;
+    static_assert(Engine::kBStride == b_stride(t, MMA), "stage layout");
+    constexpr auto kVec = conv1d_tiled_kernel<Engine, t.bm, t.bn, t.bk, true>;
+    constexpr auto kScalar = conv1d_tiled_kernel<Engine, t.bm, t.bn, t.bk, false>;
     const bool vec = (static_cast<size_t>(s.Cin) * s.K) % 4 == 0 && (reinterpret_cast<uintptr_t>(w) & 15) == 0;
     const cudaError_t err = vec ? ca::allow_dynamic_smem<kVec>(p.smem_bytes)
                                 : ca::allow_dynamic_smem<kScalar>(p.smem_bytes);
@@ -225,7 +195,8 @@ long long ceil_div(long long a, long long b) { return (a + b - 1) / b; }
 Conv1dTiledPlan conv1d_tiled_plan(Conv1dShape s, const Conv1dTiledConfig& cfg, int num_sms) {
     Conv1dTiledPlan p{};
     if (cfg.tile < -1 || cfg.tile >= kConv1dTiledTiles || (cfg.stages != -1 && (cfg.stages < 2 || cfg.stages > 8)) ||
-        cfg.ctas_per_sm < 1 || cfg.ctas_per_sm > 8 || cfg.cache_policy < -1 || cfg.cache_policy > 3 || num_sms < 1 ||
+        cfg.ctas_per_sm < 1 || cfg.ctas_per_sm > 8 || cfg.cache_policy < -1 || cfg.cache_policy > 3 ||
+        cfg.mma < -1 || cfg.mma > 1 || num_sms < 1 ||
         s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     const long long n = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
@@ -241,7 +212,8 @@ Conv1dTiledPlan conv1d_tiled_plan(Conv1dShape s, const Conv1dTiledConfig& cfg, i
     p.k_steps = static_cast<int>(ceil_div(r, t.bk));
     if (p.m_tiles > 65535 || static_cast<long long>(p.n_tiles) * p.m_tiles > (1LL << 31) - 1)
         return Conv1dTiledPlan{};
-    const long long stage_bytes = 4LL * stage_floats(t);
+    p.mma = cfg.mma != -1 ? cfg.mma : (n >= kConv1dTiledMmaMinN ? 1 : 0);
+    const long long stage_bytes = 4LL * stage_floats(t.bm, t.bn, t.bk, b_stride(t, p.mma == 1));
     const long long budget = cfg.ctas_per_sm == 1 ? ca::kMaxDynamicSmem
                                                   : ca::kSmemPerSm / cfg.ctas_per_sm - ca::kSmemReservedPerCta;
     p.stages = cfg.stages != -1 ? cfg.stages : (index == 0 ? 4 : 3);
@@ -263,10 +235,15 @@ cudaError_t conv1d_tiled_f32(const float* x, const float* w, const float* bias, 
     if (s.K % 2 == 0) return cudaErrorInvalidValue;
     const Conv1dTiledPlan p = conv1d_tiled_plan(s, cfg, num_sms);
     if (!p.ok || (p.splits > 1 && (workspace == nullptr || counters == nullptr))) return cudaErrorInvalidValue;
-    switch (p.tile) {
-        case 0: return launch_tile<0>(x, w, bias, y, workspace, counters, s, p, p.cache_policy, stream);
-        case 1: return launch_tile<1>(x, w, bias, y, workspace, counters, s, p, p.cache_policy, stream);
-        case 2: return launch_tile<2>(x, w, bias, y, workspace, counters, s, p, p.cache_policy, stream);
-        default: return launch_tile<3>(x, w, bias, y, workspace, counters, s, p, p.cache_policy, stream);
+    const int pol = p.cache_policy;
+    switch (p.tile * 2 + p.mma) {
+        case 0: return launch_tile<0, false>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 1: return launch_tile<0, true>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 2: return launch_tile<1, false>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 3: return launch_tile<1, true>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 4: return launch_tile<2, false>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 5: return launch_tile<2, true>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        case 6: return launch_tile<3, false>(x, w, bias, y, workspace, counters, s, p, pol, stream);
+        default: return launch_tile<3, true>(x, w, bias, y, workspace, counters, s, p, pol, stream);
     }
 }
