@@ -163,7 +163,7 @@ def test_tolerance_passes_fp32_and_tf32_and_catches_broken_outputs():
     assert ok(F.conv1d(tf32(x), tf32(w), b, padding=2), "tf32")
     assert not ok(F.conv1d(tf32(x), tf32(w), b, padding=2), "float32")  # a TF32 result is not fp32-accurate
     (xb, xs), (wb, ws) = (map(torch.from_numpy, tmodels.split_tf32(t.numpy())) for t in (x, w))
-    assert not ok(F.conv1d(xb, wb, b, padding=2), "float32")  # rounded to nearest: still TF32, not fp32
+    assert not ok(F.conv1d(xb, wb, b, padding=2), "float32")  # the big parts alone: a TF32 conv, not fp32
     three = F.conv1d(xs, wb, None, padding=2) + F.conv1d(xb, ws, None, padding=2) + F.conv1d(xb, wb, b, padding=2)
     assert ok(three, "float32")  # tiled.cu's 3xTF32 tensor-core engine keeps the fp32 bound
     assert not ok(F.conv1d(x, w, None, padding=2), "float32")           # bias forgotten

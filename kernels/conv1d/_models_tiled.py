@@ -111,16 +111,16 @@ def mma_fragment_offsets(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
     return a, b
 
 
-def round_tf32(v: np.ndarray) -> np.ndarray:
-    """cvt.rna.tf32.f32: fp32 rounded to 10 mantissa bits, to nearest, ties away from zero (low 13 bits zero)."""
-    bits = np.asarray(v, np.float32).view(np.uint32).astype(np.uint64)
-    return ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+def truncate_tf32(v: np.ndarray) -> np.ndarray:
+    """fp32 with the low 13 bits cleared: a TF32 value, and what the tensor core reads of any fp32 operand."""
+    return (np.asarray(v, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
 
 
 def split_tf32(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """MmaTile's operand split: big = tf32(v), small = tf32(v - big) (v - big is exact in fp32)."""
-    big = round_tf32(v)
-    return big, round_tf32(np.asarray(v, np.float32) - big)
+    """MmaTile's operand split as the tensor core sees it: big = v truncated to TF32, small = (v - big) (exact in
+    fp32) truncated to TF32 by the tensor core."""
+    big = truncate_tf32(v)
+    return big, truncate_tf32(np.asarray(v, np.float32) - big)
 
 
 def load_a(W: np.ndarray, p: TiledPlan, m0: int, ks: int, avec: bool, counts: np.ndarray) -> np.ndarray:

@@ -8,12 +8,15 @@
 //   Per 4 k: TM LDS.128 of A and 4 x TN/4 LDS.128 of B for 4*TM*TN FMAs.
 // MmaTile (3xTF32 tensor cores, mma.sync m16n8k8; what SimtTile lacked: the fp32 pipes cap it at ~37% of what
 //   cuDNN's TF32 tensor cores reach at batch 64): warps in a 2 x (NT/64) grid, each a (BM/2) x (BN*64/NT) tile
-//   of 16 x 8 mma tiles. Every operand v is split into big = tf32(v) and small = tf32(v - big) (round to nearest)
-//   and a*b is taken as a_s*b_b + a_b*b_s + a_b*b_b (the a_s*b_s term is below fp32 rounding), so the product
-//   keeps ~fp32 accuracy (error ~2^-22 relative per product against fp32's 2^-24) and the variant stays inside
-//   the fp32 parity bound that plain TF32 (2^-11) fails. Lane (g = lane/4, t = lane%4) reads A at rows g, g+8 and
-//   columns t, t+4 (banks 4g + t: SA = 36 puts the 8 rows 4 banks apart) and B at rows t, t+4 and column g
-//   (banks 8t + g: kBStride = BN + 8); its accumulators sit at rows g, g+8 and columns 2t, 2t+1 of each mma tile.
+//   of 16 x 8 mma tiles. Every operand v is split into big = v with its low 13 bits cleared (a TF32 value) and
+//   small = v - big (exact; the tensor core reads its top 10 mantissa bits), and a*b is taken as
+//   a_s*b_b + a_b*b_s + a_b*b_b (a_s*b_s is below fp32 rounding): ~2^-20 relative per product against TF32's
+//   2^-11, inside the fp32 parity bound that plain TF32 fails. The tensor core adds with truncation, which biases
+//   a long sum (measured: -1e-4 relative after 160 k-steps in one accumulator, 2.5x the fp32 bound), so each
+//   k-step's 12 mma go to a fresh fragment that is then added to the fp32 accumulator (round to nearest).
+//   Lane (g = lane/4, t = lane%4) reads A at rows g, g+8 and columns t, t+4 (banks 4g + t: SA = 36 puts the 8
+//   rows 4 banks apart) and B at rows t, t+4 and column g (banks 8t + g: kBStride = BN + 8); its accumulators
+//   sit at rows g, g+8 and columns 2t, 2t+1 of each mma tile.
 #pragma once
 
 #include <cstdint>
@@ -79,11 +82,11 @@ struct SimtTile {
     }
 };
 
-// v = big + small, both TF32 (low 13 bits zero), each rounded to nearest.
+// v = big + small exactly: big = v truncated to TF32, |small| < 2^-10 |v| (2 instructions; the tensor core
+// truncates small's mantissa to 10 bits itself).
 __device__ __forceinline__ void split_tf32(float v, uint32_t& big, uint32_t& small) {
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(big) : "f"(v));
-    const float rest = v - __uint_as_float(big);  // exact in fp32
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
+    big = __float_as_uint(v) & 0xffffe000u;
+    small = __float_as_uint(v - __uint_as_float(big));
 }
 
 // d += a (16 x 8, row-major fragment) * b (8 x 8, column-major fragment), TF32 inputs, fp32 accumulation.
@@ -114,6 +117,13 @@ struct MmaTile {
     }
 
     __device__ void step(const float* As, const float* Bs) {
+        float d[MT][NT8][4];  // this k-step's sums (see the header: the tensor core's truncating adds)
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) d[i][j][e] = 0.0f;
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             uint32_t a_big[MT][4], a_small[MT][4], b_big[NT8][2], b_small[NT8][2];
@@ -134,11 +144,17 @@ struct MmaTile {
             for (int i = 0; i < MT; ++i)
 #pragma unroll
                 for (int j = 0; j < NT8; ++j) {  // the two correction terms, then the main one
-                    mma_tf32(acc[i][j], a_small[i], b_big[j]);
-                    mma_tf32(acc[i][j], a_big[i], b_small[j]);
-                    mma_tf32(acc[i][j], a_big[i], b_big[j]);
+                    mma_tf32(d[i][j], a_small[i], b_big[j]);
+                    mma_tf32(d[i][j], a_big[i], b_small[j]);
+                    mma_tf32(d[i][j], a_big[i], b_big[j]);
                 }
         }
+#pragma unroll
+        for (int i = 0; i < MT; ++i)
+#pragma unroll
+            for (int j = 0; j < NT8; ++j)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[i][j][e] += d[i][j][e];
     }
 
     template <class F>
