@@ -244,12 +244,12 @@ def test_stream_plans_cover_every_output_once_in_one_wave():
 
 
 def test_tiled_default_rule_picks_the_measured_bests():
-    """The H200 sweep's best (tile, stages, policy) per batch-8/64 Push-T shape, up to noise (NOTES.md)."""
-    want = {(8, 1024, 1024): (0, 4, 1), (8, 2048, 512): (0, 4, 1), (8, 512, 1024): (0, 4, 1),
-            (64, 1024, 1024): (2, 3, 0), (64, 2048, 512): (2, 3, 0), (64, 512, 1024): (1, 3, 0)}
-    for (B, Cin, Cout), (tile, stages, policy) in want.items():
+    """The H200 sweep's best (tile, stages, policy, engine) per batch-8/64 Push-T shape, up to noise (NOTES.md)."""
+    want = {(8, 1024, 1024): (0, 4, 1, 1), (8, 2048, 512): (0, 4, 1, 1), (8, 512, 1024): (0, 4, 1, 1),
+            (64, 1024, 1024): (2, 4, 1, 1), (64, 2048, 512): (2, 4, 1, 1), (64, 512, 1024): (2, 4, 1, 1)}
+    for (B, Cin, Cout), (tile, stages, policy, mma) in want.items():
         p = tmodels.tiled_plan(B, Cin, Cout, 4, 5)
-        assert (p.tile, p.stages, p.cache_policy) == (tile, stages, policy), (B, Cin, Cout)
+        assert (p.tile, p.stages, p.cache_policy, p.mma) == (tile, stages, policy, mma), (B, Cin, Cout)
         assert p.splits * p.n_tiles * p.m_tiles <= 2 * 132  # one wave at the default 2 CTAs per SM
     explicit = tmodels.tiled_plan(8, 1024, 1024, 4, 5, {"tile": 1, "stages": 6, "cache_policy": 2})
     assert (explicit.tile, explicit.stages, explicit.cache_policy) == (1, 6, 2)  # a set knob overrides the rule

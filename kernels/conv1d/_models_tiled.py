@@ -10,9 +10,9 @@ import numpy as np
 from ._models import MAX_DYNAMIC_SMEM, SMEM_PER_SM, SMEM_RESERVED_PER_CTA, chunk_range, knobs_with_defaults
 
 TILES = ((64, 32, 32, 4, 4), (64, 64, 32, 4, 8), (128, 64, 32, 8, 8), (128, 128, 32, 8, 8))  # BM, BN, BK, TM, TN
+MMA_THREADS = (128, 128, 256, 256)  # tiled.cu kTiles: MmaTile's CTA size per tile
 TILED_DEFAULTS = {"tile": -1, "stages": -1, "ctas_per_sm": 2, "cache_policy": -1, "mma": -1}  # Conv1dTiledConfig
 BIG_TILE_MACS = 1 << 30  # conv1d.h kConv1dTiledBigTileMacs: B*L > 64 with at least this many MACs -> tile 2
-MMA_MIN_N = 33  # conv1d.h kConv1dTiledMmaMinN: B*L from here runs the 3xTF32 tensor-core engine
 
 
 class TiledPlan(NamedTuple):
@@ -46,23 +46,24 @@ def tiled_plan(B: int, Cin: int, Cout: int, L: int, K: int, knobs: dict | None =
             or min(B, Cin, Cout, L, K) < 1):
         return TiledPlan()
     n, r = B * L, Cin * K
+    mma = c["mma"] if c["mma"] != -1 else 1
     index = c["tile"] if c["tile"] >= 0 else (
-        0 if n <= 32 else (1 if n <= 64 else (2 if n * Cout * r >= BIG_TILE_MACS else 1)))
+        0 if n <= 32 else (1 if n <= 64 else (2 if mma or n * Cout * r >= BIG_TILE_MACS else 1)))
     bm, bn, bk, tm, tn = TILES[index]
     n_tiles, m_tiles, k_steps = math.ceil(n / bn), math.ceil(Cout / bm), math.ceil(r / bk)
     if m_tiles > 65535 or n_tiles * m_tiles > 2**31 - 1:
         return TiledPlan()
-    mma = c["mma"] if c["mma"] != -1 else int(n >= MMA_MIN_N)
     stage_bytes = 4 * (bm * (bk + 4) + bk * (bn + 8 * mma))  # B rows padded by 8 floats for the mma fragments
     budget = MAX_DYNAMIC_SMEM if c["ctas_per_sm"] == 1 else SMEM_PER_SM // c["ctas_per_sm"] - SMEM_RESERVED_PER_CTA
-    stages = c["stages"] if c["stages"] != -1 else (4 if index == 0 else 3)
+    stages = c["stages"] if c["stages"] != -1 else (4 if index == 0 or mma else 3)
     while stages > 2 and stages * stage_bytes > budget:
         stages -= 1
     tiles = n_tiles * m_tiles
     splits = max(1, min(min(k_steps, 65535), num_sms * c["ctas_per_sm"] // tiles))
-    return TiledPlan(1, index, bm, bn, bk, tm, tn, (bm // tm) * (bn // tn), n_tiles, m_tiles, splits, k_steps, stages,
-                     stages * stage_bytes, splits * tiles * bm * bn if splits > 1 else 0, tiles if splits > 1 else 0,
-                     c["cache_policy"] if c["cache_policy"] != -1 else (1 if n_tiles == 1 else 0), mma)
+    return TiledPlan(1, index, bm, bn, bk, tm, tn, MMA_THREADS[index] if mma else (bm // tm) * (bn // tn), n_tiles,
+                     m_tiles, splits, k_steps, stages, stages * stage_bytes,
+                     splits * tiles * bm * bn if splits > 1 else 0, tiles if splits > 1 else 0,
+                     c["cache_policy"] if c["cache_policy"] != -1 else (1 if n_tiles == 1 or mma else 0), mma)
 
 
 def thread_tile(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
@@ -77,9 +78,9 @@ def thread_tile(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:
 # mma.sync m16n8k8 .tf32 fragments (PTX ISA), lane = 4 g + t: register e of A at (row g + 8 (e % 2),
 # col t + 4 (e // 2)), register h of B at (k t + 4 h, n g), accumulator e at (row g + 8 (e // 2), col 2 t + e % 2).
 def mma_warp_tile(p: TiledPlan) -> tuple[int, int, int, int]:
-    """MmaTile: warps along N, warp tile rows and columns, for the plan's tile."""
-    warps_n = p.threads // 64
-    return warps_n, p.bm // 2, p.bn // warps_n, p.bn + 8
+    """MmaTile: warps along N, warp tile rows (32) and columns, B's row stride, for the plan's tile."""
+    warps_n = p.threads // 32 // (p.bm // 32)
+    return warps_n, 32, p.bn // warps_n, p.bn + 8
 
 
 def thread_elements(p: TiledPlan) -> tuple[np.ndarray, np.ndarray]:

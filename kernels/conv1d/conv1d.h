@@ -37,12 +37,11 @@ constexpr int kConv1dOptimizedTiledMinBL = 16;  // default: B*L above this runs 
 // 3xTF32 tensor cores (fp32 accuracy), with a cp.async pipeline and split-K; the large-B*L path of both
 // `optimized` and `stream`.
 constexpr int kConv1dTiledTiles = 4;  // tile shapes (BM, BN, BK, TM, TN) in tiled.cu's table
-// -1 = by rule (tuned on the H200, cold L2; NOTES.md): tile 0 for N = B*L <= 32, 1 for N <= 64, else 2 when the
-// GEMM has >= 2^30 MACs (N*Cout*Cin*K) and 1 below; stages 4 for tile 0, 3 otherwise; cache_policy 1
-// (evict_first) when one N tile (each weight read once), 0 when several N tiles re-read the weights from L2;
-// mma 1 (3xTF32 tensor cores) for N >= kConv1dTiledMmaMinN, where the FMAs rather than the weight stream decide.
+// -1 = by rule (tuned on the H200, cold L2; NOTES.md): mma 1 (3xTF32 tensor cores: faster than the fp32 FMAs at
+// every batch-8/64 Push-T shape); tile 0 for N = B*L <= 32, 1 for N <= 64, else 2 (with mma 0: 2 only when the
+// GEMM has >= 2^30 MACs, N*Cout*Cin*K, else 1); stages 4 for tile 0 or mma, else 3; cache_policy 1 (evict_first)
+// when one N tile (each weight read once) or mma, else 0 (several N tiles re-read the weights from L2).
 constexpr long long kConv1dTiledBigTileMacs = 1LL << 30;
-constexpr int kConv1dTiledMmaMinN = 33;
 struct Conv1dTiledConfig {
     int tile = -1;          // index into the tile table, or -1 (rule above)
     int stages = -1;        // cp.async pipeline depth, 2..8 (lowered until ctas_per_sm CTAs fit an SM), or -1

@@ -35,12 +35,12 @@ namespace {
 namespace ca = conv1d_async;
 
 struct TileShape {
-    int bm, bn, bk, tm, tn;
+    int bm, bn, bk, tm, tn, mma_threads;  // tm, tn: SimtTile's register tile; mma_threads: MmaTile's CTA size
 };
 // 0: N <= 32 (B=8, L=4), 1: N <= 64, 2: larger N (2 CTAs/SM of 128 threads), 3: one 256-thread CTA per SM.
 constexpr TileShape kTiles[kConv1dTiledTiles] = {
-    {64, 32, 32, 4, 4}, {64, 64, 32, 4, 8}, {128, 64, 32, 8, 8}, {128, 128, 32, 8, 8}};
-constexpr int threads_of(const TileShape& t) { return (t.bm / t.tm) * (t.bn / t.tn); }
+    {64, 32, 32, 4, 4, 128}, {64, 64, 32, 4, 8, 128}, {128, 64, 32, 8, 8, 256}, {128, 128, 32, 8, 8, 256}};
+constexpr int threads_of(const TileShape& t, bool mma) { return mma ? t.mma_threads : (t.bm / t.tm) * (t.bn / t.tn); }
 // A [BM][BK+4], then B [BK][SB] with SB = BN (SIMT) or BN + 8 (MMA)
 __host__ __device__ constexpr int stage_floats(int bm, int bn, int bk, int sb) { return bm * (bk + 4) + bk * sb; }
 constexpr int b_stride(const TileShape& t, bool mma) { return mma ? t.bn + 8 : t.bn; }
@@ -51,7 +51,7 @@ struct TiledArgs {
 };
 
 template <class Engine, int BM, int BN, int BK, bool AVEC>
-__global__ void __launch_bounds__(Engine::kThreads)
+__global__ void __launch_bounds__(Engine::kThreads, Engine::kMinBlocks)
 conv1d_tiled_kernel(const float* __restrict__ x, const float* __restrict__ w, const float* __restrict__ bias,
                     float* __restrict__ y, float* __restrict__ ws, unsigned* __restrict__ counters, TiledArgs a) {
     constexpr int NT = Engine::kThreads, SA = BK + 4, SB = Engine::kBStride;
@@ -173,7 +173,7 @@ template <int T, bool MMA>
 cudaError_t launch_tile(const float* x, const float* w, const float* b, float* y, float* ws, unsigned* counters,
                         Conv1dShape s, const Conv1dTiledPlan& p, int policy, cudaStream_t stream) {
     constexpr TileShape t = kTiles[T];
-    using Engine = std::conditional_t<MMA, conv1d_tiled::MmaTile<t.bm, t.bn, t.bk, threads_of(t)>,
+    using Engine = std::conditional_t<MMA, conv1d_tiled::MmaTile<t.bm, t.bn, t.bk, threads_of(t, true)>,
                                       conv1d_tiled::SimtTile<t.bm, t.bn, t.bk, t.tm, t.tn>>;
     static_assert(Engine::kBStride == b_stride(t, MMA), "stage layout");
     constexpr auto kVec = conv1d_tiled_kernel<Engine, t.bm, t.bn, t.bk, true>;
@@ -184,7 +184,7 @@ cudaError_t launch_tile(const float* x, const float* w, const float* b, float* y
     if (err != cudaSuccess) return err;
     const TiledArgs args{s.B, s.Cin, s.Cout, s.L, s.K, p.splits, p.k_steps, p.stages, policy};
     const dim3 grid(p.n_tiles, p.m_tiles, p.splits);
-    (vec ? kVec : kScalar)<<<grid, threads_of(t), p.smem_bytes, stream>>>(x, w, b, y, ws, counters, args);
+    (vec ? kVec : kScalar)<<<grid, Engine::kThreads, p.smem_bytes, stream>>>(x, w, b, y, ws, counters, args);
     return cudaGetLastError();
 }
 
@@ -200,23 +200,21 @@ Conv1dTiledPlan conv1d_tiled_plan(Conv1dShape s, const Conv1dTiledConfig& cfg, i
         s.B < 1 || s.Cin < 1 || s.Cout < 1 || s.L < 1 || s.K < 1)
         return p;
     const long long n = static_cast<long long>(s.B) * s.L, r = static_cast<long long>(s.Cin) * s.K;
-    const int index = cfg.tile >= 0 ? cfg.tile
-                      : n <= 32     ? 0
-                      : n <= 64     ? 1
-                                    : (static_cast<double>(n) * s.Cout * r >= static_cast<double>(kConv1dTiledBigTileMacs) ? 2 : 1);
+    p.mma = cfg.mma != -1 ? cfg.mma : 1;
+    const bool big_gemm = static_cast<double>(n) * s.Cout * r >= static_cast<double>(kConv1dTiledBigTileMacs);
+    const int index = cfg.tile >= 0 ? cfg.tile : n <= 32 ? 0 : n <= 64 ? 1 : (p.mma == 1 || big_gemm ? 2 : 1);
     const TileShape& t = kTiles[index];
     p.tile = index;
-    p.bm = t.bm, p.bn = t.bn, p.bk = t.bk, p.tm = t.tm, p.tn = t.tn, p.threads = threads_of(t);
+    p.bm = t.bm, p.bn = t.bn, p.bk = t.bk, p.tm = t.tm, p.tn = t.tn, p.threads = threads_of(t, p.mma == 1);
     p.n_tiles = static_cast<int>(ceil_div(n, t.bn));
     p.m_tiles = static_cast<int>(ceil_div(s.Cout, t.bm));
     p.k_steps = static_cast<int>(ceil_div(r, t.bk));
     if (p.m_tiles > 65535 || static_cast<long long>(p.n_tiles) * p.m_tiles > (1LL << 31) - 1)
         return Conv1dTiledPlan{};
-    p.mma = cfg.mma != -1 ? cfg.mma : (n >= kConv1dTiledMmaMinN ? 1 : 0);
     const long long stage_bytes = 4LL * stage_floats(t.bm, t.bn, t.bk, b_stride(t, p.mma == 1));
     const long long budget = cfg.ctas_per_sm == 1 ? ca::kMaxDynamicSmem
                                                   : ca::kSmemPerSm / cfg.ctas_per_sm - ca::kSmemReservedPerCta;
-    p.stages = cfg.stages != -1 ? cfg.stages : (index == 0 ? 4 : 3);
+    p.stages = cfg.stages != -1 ? cfg.stages : (index == 0 || p.mma == 1 ? 4 : 3);
     while (p.stages > 2 && p.stages * stage_bytes > budget) --p.stages;
     const long long tiles = static_cast<long long>(p.n_tiles) * p.m_tiles;
     p.splits = static_cast<int>(std::max(1LL, std::min<long long>(std::min(p.k_steps, 65535),
@@ -224,7 +222,7 @@ Conv1dTiledPlan conv1d_tiled_plan(Conv1dShape s, const Conv1dTiledConfig& cfg, i
     p.smem_bytes = static_cast<size_t>(p.stages * stage_bytes);
     p.workspace_floats = p.splits > 1 ? static_cast<size_t>(p.splits) * tiles * t.bm * t.bn : 0;
     p.counters = p.splits > 1 ? static_cast<int>(tiles) : 0;
-    p.cache_policy = cfg.cache_policy != -1 ? cfg.cache_policy : (p.n_tiles == 1 ? 1 : 0);
+    p.cache_policy = cfg.cache_policy != -1 ? cfg.cache_policy : (p.n_tiles == 1 || p.mma == 1 ? 1 : 0);
     p.ok = true;
     return p;
 }

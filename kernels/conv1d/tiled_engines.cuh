@@ -7,8 +7,10 @@
 //   A reads 4 (or 2) rows SA floats apart (distinct banks) and its LDS.128 of B reads 128 contiguous bytes.
 //   Per 4 k: TM LDS.128 of A and 4 x TN/4 LDS.128 of B for 4*TM*TN FMAs.
 // MmaTile (3xTF32 tensor cores, mma.sync m16n8k8; what SimtTile lacked: the fp32 pipes cap it at ~37% of what
-//   cuDNN's TF32 tensor cores reach at batch 64): warps in a 2 x (NT/64) grid, each a (BM/2) x (BN*64/NT) tile
-//   of 16 x 8 mma tiles. Every operand v is split into big = v with its low 13 bits cleared (a TF32 value) and
+//   cuDNN's TF32 tensor cores reach at batch 64): warps in a (BM/32) x (NT/BM) grid, each a 32 x (BN*BM/NT) tile
+//   of 16 x 8 mma tiles (2 x 4 at the 128 x 64 tile of 256 threads: 8 warps, and 2 CTAs per SM when the
+//   accumulators leave room under 128 registers; ncu of 4 warps of 64 x 32 found 1.85 warps per scheduler, 0.56
+//   eligible: latency, not issue or the tensor pipe (32 %), was the limit). Every operand v is split into big = v with its low 13 bits cleared (a TF32 value) and
 //   small = v - big (exact; the tensor core reads its top 10 mantissa bits), and a*b is taken as
 //   a_s*b_b + a_b*b_s + a_b*b_b (a_s*b_s is below fp32 rounding): ~2^-20 relative per product against TF32's
 //   2^-11, inside the fp32 parity bound that plain TF32 fails. The tensor core adds with truncation, which biases
@@ -28,6 +30,7 @@ namespace conv1d_tiled {
 template <int BM, int BN, int BK, int TM, int TN>
 struct SimtTile {
     static constexpr int MG = BM / TM, NG = BN / TN, kThreads = MG * NG, SA = BK + 4, kBStride = BN;
+    static constexpr int kMinBlocks = 1;
     static_assert(BK % 4 == 0 && TN % 4 == 0, "SimtTile shape");
     float acc[TM][TN];
     int im, in;
@@ -100,9 +103,10 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 
 template <int BM, int BN, int BK, int NT>
 struct MmaTile {
-    static constexpr int kThreads = NT, kWarpsN = NT / 64, WM = BM / 2, WN = BN / kWarpsN;
+    static constexpr int kThreads = NT, WM = 32, kWarpsN = NT / 32 / (BM / WM), WN = BN / kWarpsN;
     static constexpr int MT = WM / 16, NT8 = WN / 8, SA = BK + 4, kBStride = BN + 8;
-    static_assert(NT % 64 == 0 && WM % 16 == 0 && WN % 8 == 0 && BK % 8 == 0, "MmaTile shape");
+    static constexpr int kMinBlocks = MT * NT8 * 8 <= 64 ? 2 : 1;  // accumulators + k-step sums, registers
+    static_assert(BM % WM == 0 && NT % (32 * (BM / WM)) == 0 && WN % 8 == 0 && BK % 8 == 0, "MmaTile shape");
     float acc[MT][NT8][4];
     int m0, n0, g, t;  // the warp's origin in the tile; the lane's group and rank in it
 
