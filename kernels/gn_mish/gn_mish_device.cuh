@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,21 +56,34 @@ struct alignas(sizeof(T) * VEC) Pack {
   typename Bits<T>::Word w[VEC];
   __device__ __forceinline__ float get(int k) const { return word_to_float<T>(w[k]); }
   __device__ __forceinline__ void set(int k, float v) { w[k] = float_to_word<T>(v); }
+  __device__ __forceinline__ void set2(int k, float lo, float hi) { set(k, lo), set(k + 1, hi); }  // k even
 };
 
 // 16-bit vectors: pairs of elements in 32-bit words. As an array of uint16 each element took a register of its
 // own (bf16 tier 1 with 64 elements per thread spilled 148 B); packed, 8 vectors of 8 take 32 registers.
-// set() must be called for k = 0, 1, 2, ... in order (an even k starts its word).
+// set() must be called for k = 0, 1, 2, ... in order (an even k starts its word); set2() writes a whole word with
+// one packing conversion (F2FP), and a bf16 element unpacks with one shift or mask (ncu: the 16-bit tier-1 kernel
+// issued ~36 instructions per element, ALU the busiest pipe).
 template <typename T>
 struct alignas(16) Pack16x8 {
   uint32_t u[4];
   __device__ __forceinline__ float get(int k) const {
     const uint32_t word = u[k >> 1];
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) return __uint_as_float((k & 1) ? word & 0xffff0000u : word << 16);
     return word_to_float<T>(uint16_t((k & 1) ? word >> 16 : word & 0xffffu));
   }
   __device__ __forceinline__ void set(int k, float v) {
     const uint32_t bits = float_to_word<T>(v);
     u[k >> 1] = (k & 1) ? (u[k >> 1] | (bits << 16)) : bits;
+  }
+  __device__ __forceinline__ void set2(int k, float lo, float hi) {
+    if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+      const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+      u[k >> 1] = *reinterpret_cast<const uint32_t*>(&h);
+    } else {
+      const __half2 h = __floats2half2_rn(lo, hi);
+      u[k >> 1] = *reinterpret_cast<const uint32_t*>(&h);
+    }
   }
 };
 template <>
@@ -98,13 +112,13 @@ __device__ __forceinline__ float fast_exp2(float x) {
   return r;
 }
 
-// mish(z) = z * tanh(softplus(z)) = z * m / (m + 2), m = e^z (e^z + 2): no overflow below the cut-off, no
-// cancellation for z << 0; z > 20 -> z (PyTorch's softplus threshold). Branch-free: 2 MUFU, 7 FP32 ops.
+// mish(z) = z * tanh(softplus(z)) = z * m / (m + 2), m = e^z (e^z + 2): no cancellation for z << 0, and e^z is
+// clamped at e^20 (PyTorch's softplus threshold), where m / (m + 2) = 1 - 2/m rounds to 1 (within rcp's ulp), so
+// z > 20 gives z with no select; the factor m / (m + 2) <= 1 is formed first (no overflow). 2 MUFU, 7 FP32 ops.
 __device__ __forceinline__ float mish(float z) {
   const float e = fast_exp2(fminf(z, kSoftplusThreshold) * 1.4426950408889634f);
   const float m = e * (e + 2.f);
-  const float y = z * m * fast_rcp(m + 2.f);
-  return z > kSoftplusThreshold ? z : y;
+  return z * (m * fast_rcp(m + 2.f));
 }
 
 // Sum over the warp; every lane gets the same bits (a + b == b + a in IEEE arithmetic).
@@ -174,8 +188,14 @@ __device__ __forceinline__ Pack<T, VEC> normalize_vec(const Pack<T, VEC>& in, in
   if (VEC > 1 && r + VEC > L) return normalize_straddling<T, VEC>(in, c, r, L, gamma_g, beta_g, mean, rstd);
   Pack<T, VEC> out;
   const float s = g0 * rstd;
+  if constexpr (VEC % 2 == 0) {
 #pragma unroll
-  for (int k = 0; k < VEC; ++k) out.set(k, mish(fmaf(in.get(k) - mean, s, b0)));
+    for (int k = 0; k < VEC; k += 2)
+      out.set2(k, mish(fmaf(in.get(k) - mean, s, b0)), mish(fmaf(in.get(k + 1) - mean, s, b0)));
+  } else {
+#pragma unroll
+    for (int k = 0; k < VEC; ++k) out.set(k, mish(fmaf(in.get(k) - mean, s, b0)));
+  }
   return out;
 }
 
