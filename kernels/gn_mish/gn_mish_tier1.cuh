@@ -10,8 +10,7 @@
 // (arrive after publishing the CTA's partial, wait, read the K partials, arrive again, and wait for that second
 // phase only before exiting), so one cluster-wide round trip instead of two sits between loads and stores;
 // no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
-// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; a streaming CTA asks L2 for its
-// next chunk (bulk prefetch) as soon as the current one's loads are issued, in both passes.
+// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -106,20 +105,6 @@ __device__ __forceinline__ void store_evict_first(P* p, const P& v) {
   }
 }
 
-// Ask L2 to fetch vectors [begin, end) of src ahead of their loads (one thread; sm_90 bulk prefetch, no
-// registers or shared memory): a streaming CTA's next chunk is on its way while the current one is reduced or
-// normalised, so DRAM is not idle between a chunk's last load and the next chunk's first.
-template <typename P>
-__device__ __forceinline__ void prefetch_l2(const P* src, int begin, int end) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  if constexpr (sizeof(P) == 16) {
-    if (end > begin)
-      asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src + begin), "r"(unsigned(end - begin) * 16u)
-                   : "memory");
-  }
-#endif
-}
-
 // evict_first: the chunk is never read again (a streaming CTA's last chunk stays in registers), so its lines
 // should leave L2 before the earlier chunks that the store phase re-reads.
 template <typename T, int VEC, int ITEMS>
@@ -211,8 +196,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   for (int ci = 0; ci < chunks; ++ci) {
     const int first = v_begin + ci * chunk + int(threadIdx.x);
     load_chunk(raw, src, first, stride, v_end, streaming && ci == chunks - 1);
-    if (threadIdx.x == 0 && ci + 1 < chunks)
-      prefetch_l2(src, v_begin + (ci + 1) * chunk, min(v_end, v_begin + (ci + 2) * chunk));
     if (ci == 0) {  // while the first chunk is in flight
       for (int i = threadIdx.x; i < a.stage && c_low + i < a.cg; i += stride) {
         staged[i] = to_float(__ldg(gamma_g + c_low + i));
@@ -228,7 +211,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   for (int ci = chunks - 1; ci >= 0; --ci) {  // the last chunk is still in registers; re-read newest first
     const int first = v_begin + ci * chunk + int(threadIdx.x);
     if (ci != chunks - 1) load_chunk(raw, src, first, stride, v_end);
-    if (threadIdx.x == 0 && ci > 0) prefetch_l2(src, v_begin + (ci - 1) * chunk, v_begin + ci * chunk);
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const int v = first + j * stride;
