@@ -242,7 +242,8 @@ def sweep_tiled(bench: Bench, quick: bool) -> None:
     for shape in TILED_SHAPES:
         scores = {}
         for mma, tile in ((m, t) for m in (0, 1) for t in range(4)):
-            # tile 3 (256 threads, ~160-170 registers) fits once per SM; the mma engine's 128-thread tiles 3 times
+            # tile 3 (256 threads, ~170 / 215 registers) fits once per SM; the mma engine's 128-thread tiles 0-1
+            # fit 3 times (its 256-thread tile 2 twice: cta3 then runs 1.5 waves)
             for cta in ((1,) if tile == 3 else (1, 2, 3) if mma else (1, 2)):
                 for st in ((4,) if quick else (3, 4, 6)):
                     k = d(tile=tile, stages=st, ctas_per_sm=cta, cache_policy=0, mma=mma)  # policy: swept below

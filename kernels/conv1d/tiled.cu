@@ -8,7 +8,8 @@
 // Mapping: grid (N tiles, Cout tiles, splits); a CTA computes a BM x BN tile of Y over its contiguous share of
 // the R/BK k-steps (split-K, so that SMs x ctas_per_sm CTAs run even when the tiles alone are few: 1024->1024
 // at B=64 has 8 x 4 tiles of 128 x 64). The math engine (`mma` knob: SimtTile or MmaTile, tiled_engines.cuh)
-// owns the thread -> accumulator mapping; both have NT = (BM/TM) x (BN/TN) threads, so the loads are shared.
+// owns the thread -> accumulator mapping and sets the CTA size NT ((BM/TM) x (BN/TN), or the tile's
+// mma_threads); the loads below are written for any NT.
 // Per k-step, `stages`-deep cp.async pipeline (one barrier per step):
 //   A: BM x BK of W, 16-byte copies along j (4-byte when R % 4 != 0 or w is misaligned), zero-filled past
 //      Cout/R, with the weight-stream L2 policy knob; stored [BM][BK+4].
@@ -37,10 +38,12 @@ namespace ca = conv1d_async;
 struct TileShape {
     int bm, bn, bk, tm, tn, mma_threads;  // tm, tn: SimtTile's register tile; mma_threads: MmaTile's CTA size
 };
-// 0: N <= 32 (B=8, L=4), 1: N <= 64, 2: larger N (2 CTAs/SM of 128 threads), 3: one 256-thread CTA per SM.
+// 0: N <= 32 (B=8, L=4), 1: N <= 64, 2: larger N (2 CTAs/SM: 128 threads SIMT, 256 MMA), 3: one CTA per SM.
 constexpr TileShape kTiles[kConv1dTiledTiles] = {
     {64, 32, 32, 4, 4, 128}, {64, 64, 32, 4, 8, 128}, {128, 64, 32, 8, 8, 256}, {128, 128, 32, 8, 8, 256}};
-constexpr int threads_of(const TileShape& t, bool mma) { return mma ? t.mma_threads : (t.bm / t.tm) * (t.bn / t.tn); }
+constexpr int threads_of(const TileShape& t, bool mma) {
+    return mma ? t.mma_threads : (t.bm / t.tm) * (t.bn / t.tn);
+}
 // A [BM][BK+4], then B [BK][SB] with SB = BN (SIMT) or BN + 8 (MMA)
 __host__ __device__ constexpr int stage_floats(int bm, int bn, int bk, int sb) { return bm * (bk + 4) + bk * sb; }
 constexpr int b_stride(const TileShape& t, bool mma) { return mma ? t.bn + 8 : t.bn; }
