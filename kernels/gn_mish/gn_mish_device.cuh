@@ -13,7 +13,6 @@
 namespace gn_mish::detail {
 
 constexpr float kSoftplusThreshold = 20.f;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Elements travel as raw bits (uint32 for fp32, uint16 for fp16/bf16): trivially copyable packs that the
 // compiler keeps in registers and moves with one 16-byte LDG/STG.
@@ -117,19 +116,9 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // clamped at e^20 (PyTorch's softplus threshold), where m / (m + 2) = 1 - 2/m rounds to 1 (within rcp's ulp), so
 // z > 20 gives z with no select; the factor m / (m + 2) <= 1 is formed first (no overflow). 2 MUFU, 7 FP32 ops.
 __device__ __forceinline__ float mish(float z) {
-  const float e = fast_exp2(fminf(z, kSoftplusThreshold) * kLog2e);
+  const float e = fast_exp2(fminf(z, kSoftplusThreshold) * 1.4426950408889634f);
   const float m = e * (e + 2.f);
   return z * (m * fast_rcp(m + 2.f));
-}
-
-// The same from zl = z * log2(e), which the caller's normalising FFMA produces for free (its scale and shift
-// pre-multiplied by log2(e)): e^z = 2^zl, and y = zl * m / ((m + 2) log2(e)) with the divisor formed by one FFMA.
-// One FP32 op fewer than mish() (the kernels are issue-bound in 16-bit); ~3 ulp more rounding, far inside the
-// tolerance.
-__device__ __forceinline__ float mish_log2(float zl) {
-  const float e = fast_exp2(fminf(zl, kSoftplusThreshold * kLog2e));
-  const float m = e * (e + 2.f);
-  return zl * (m * fast_rcp(fmaf(m, kLog2e, 2.f * kLog2e)));
 }
 
 // Sum over the warp; every lane gets the same bits (a + b == b + a in IEEE arithmetic).
@@ -198,17 +187,14 @@ __device__ __forceinline__ Pack<T, VEC> normalize_vec(const Pack<T, VEC>& in, in
                                                       const T* __restrict__ beta_g, float mean, float rstd) {
   if (VEC > 1 && r + VEC > L) return normalize_straddling<T, VEC>(in, c, r, L, gamma_g, beta_g, mean, rstd);
   Pack<T, VEC> out;
-  const float s = g0 * rstd * kLog2e, b = b0 * kLog2e;  // zl = z * log2(e): see mish_log2
-  if constexpr (sizeof(T) == 2 && VEC % 2 == 0) {
-    // 16-bit: zl = x * s + (b - mean * s), one FFMA. The cancellation it allows, |mean * s| * 2^-24, is far below
-    // the input's own rounding, |x * s| * 2^-9 (fp16) or 2^-8 (bf16); fp32 keeps (x - mean) first.
-    const float shift = fmaf(-mean, s, b);
+  const float s = g0 * rstd;
+  if constexpr (VEC % 2 == 0) {
 #pragma unroll
     for (int k = 0; k < VEC; k += 2)
-      out.set2(k, mish_log2(fmaf(in.get(k), s, shift)), mish_log2(fmaf(in.get(k + 1), s, shift)));
+      out.set2(k, mish(fmaf(in.get(k) - mean, s, b0)), mish(fmaf(in.get(k + 1) - mean, s, b0)));
   } else {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.set(k, mish_log2(fmaf(in.get(k) - mean, s, b)));
+    for (int k = 0; k < VEC; ++k) out.set(k, mish(fmaf(in.get(k) - mean, s, b0)));
   }
   return out;
 }
