@@ -35,12 +35,7 @@ struct SimtTile {
     float acc[TM][TN];
     int im, in;
 
-    __device__ explicit SimtTile(int tid) : im(tid / NG), in(tid % NG) {
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-            for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
-    }
+    __device__ explicit SimtTile(int tid) : acc{}, im(tid / NG), in(tid % NG) {}
 
     __device__ void step(const float* As, const float* Bs) {
 #pragma unroll
@@ -111,23 +106,10 @@ struct MmaTile {
     int m0, n0, g, t;  // the warp's origin in the tile; the lane's group and rank in it
 
     __device__ explicit MmaTile(int tid)
-        : m0((tid / 32 / kWarpsN) * WM), n0((tid / 32 % kWarpsN) * WN), g(tid % 32 / 4), t(tid % 4) {
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
-    }
+        : acc{}, m0((tid / 32 / kWarpsN) * WM), n0((tid / 32 % kWarpsN) * WN), g(tid % 32 / 4), t(tid % 4) {}
 
     __device__ void step(const float* As, const float* Bs) {
-        float d[MT][NT8][4];  // this k-step's sums (see the header: the tensor core's truncating adds)
-#pragma unroll
-        for (int i = 0; i < MT; ++i)
-#pragma unroll
-            for (int j = 0; j < NT8; ++j)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) d[i][j][e] = 0.0f;
+        float d[MT][NT8][4] = {};  // this k-step's sums (see the header: the tensor core's truncating adds)
 #pragma unroll
         for (int k8 = 0; k8 < BK; k8 += 8) {
             uint32_t a_big[MT][4], a_small[MT][4], b_big[NT8][2], b_small[NT8][2];
