@@ -77,6 +77,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 
 def cmd_bench(a: argparse.Namespace) -> int:
     s = session_of(a)
+    s.size_copy = not a.no_size_copy
     sel = _selection(a, s)
     plan = s.plan(sel)
     if not plan:
@@ -172,6 +173,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--target-rel", type=float, default=0.01, help="stop at this median CI half-width (0.01)")
     sp.add_argument("--min-samples", type=int, default=10)
     sp.add_argument("--no-save", action="store_true", help="print only, store nothing")
+    sp.add_argument("--no-size-copy", action="store_true",
+                    help="do not time a copy of each row's bytes in the row's mode (pct_size_copy)")
     sp.set_defaults(fn=cmd_bench)
     sp = sub.add_parser("show", parents=[common], help="a stored run as a table")
     sp.add_argument("run", nargs="?", default="latest", help="path, run id, latest or latest~N")

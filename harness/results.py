@@ -25,7 +25,7 @@ COLUMNS = [
     "status", "reason", "parity", "max_abs", "max_rel", "tol_usage", "mismatches",
     "n", "median_us", "iqr_us", "min_us", "mean_us", "std_us", "p10_us", "p90_us", "rel_spread", "stopped",
     "host_us", "first_call_s", "calls_per_sample", "uncovered", "host_probe_us",
-    "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "copy_gbps", "speedup",
+    "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "copy_gbps", "size_copy_us", "pct_size_copy", "speedup",
     "sm_mhz_start", "sm_mhz_min", "sm_mhz_end", "temp_c_start", "temp_c_end", "slowdown", "throttled",
     "tf32_matmul", "tf32_cudnn",
 ]

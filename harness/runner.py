@@ -16,6 +16,7 @@ from .env import copy_bandwidth_gbps
 from .nvtx import ranged
 from .registry import Registry, Unavailable, Variant, Work, unavailable_reason
 from .timing import MODES, Measurement, Timer, TimingConfig
+from .timing_aids import size_matched_copy
 
 US = 1e6
 
@@ -42,6 +43,9 @@ class Session:
         self.registry: Registry = registry.load(paths.kernel_dirs(kernels_dirs, project), strict=strict)
         self.suites = cases_mod.load_suites(paths.suite_dirs(suites_dirs, project))
         self.device = device or default_device()
+        # Time a size-matched copy next to each row (`size_copy_us`, `pct_size_copy`); `dpk bench` turns it on.
+        self.size_copy = False
+        self._size_copy_us: dict[tuple[int, str], float] = {}
 
     def suite_names(self) -> list[str]:
         return sorted({s for sf in self.suites.values() for s in sf.suites})
@@ -134,7 +138,19 @@ class Session:
             except Unavailable as e:
                 yield row | {"status": "unavailable", "reason": str(e)}, []
                 continue
-            yield row | measurement_fields(meas, base), meas.samples
+            yield row | measurement_fields(meas, base) | self._size_copy_fields(timer, base["bytes"], m, meas), \
+                meas.samples
+
+    def _size_copy_fields(self, timer: Timer, nbytes: int, mode: str, meas: Measurement) -> dict[str, Any]:
+        """The row's time against a copy of its bytes timed in the same mode (once per size and mode)."""
+        if not self.size_copy or not nbytes:
+            return {}
+        key = (int(nbytes), mode)
+        if key not in self._size_copy_us:
+            copy = ranged(size_matched_copy(int(nbytes), self.device), "dpk", "size_copy", f"{int(nbytes)}B")
+            self._size_copy_us[key] = timer.measure(copy, mode).stats.median * US
+        copy_us = self._size_copy_us[key]
+        return {"size_copy_us": copy_us, "pct_size_copy": 100 * copy_us / (meas.stats.median * US)}
 
     def _row_base(self, v: Variant, case: Case, copy_gbps: float) -> dict[str, Any]:
         fam = self.registry.family(v.family)

@@ -20,6 +20,7 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "rel_spread": lambda x: "-" if x is None or x != x else f"±{100 * x:.1f}%",
     "gbps": lambda x: _num(x, ".0f"),
     "pct_peak_bw": lambda x: "-" if x is None or x != x else f"{x:.0f}%",
+    "pct_size_copy": lambda x: "-" if x is None or x != x else f"{x:.0f}%",
     "speedup": lambda x: "-" if x is None or x != x else f"{x:.2f}x",
     "max_abs": lambda x: _num(x, ".2e"),
     "tol_usage": lambda x: _num(x, ".3f"),
@@ -30,7 +31,8 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "median_us_b": lambda x: _num(x, ".2f"),
 }
 HEADERS = {"median_us": "median us", "host_us": "host us", "rel_spread": "±ci", "gbps": "GB/s",
-           "pct_peak_bw": "%copyBW", "median_us_a": "A us", "median_us_b": "B us", "tol_usage": "tol used"}
+           "pct_peak_bw": "%copyBW", "pct_size_copy": "%sizecopy",
+           "median_us_a": "A us", "median_us_b": "B us", "tol_usage": "tol used"}
 
 
 def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str:
@@ -54,7 +56,7 @@ def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str
 
 
 BENCH_COLUMNS = ["family", "variant", "case", "mode", "median_us", "rel_spread", "n", "host_us", "gbps",
-                 "pct_peak_bw", "speedup", "status", "reason"]
+                 "pct_peak_bw", "pct_size_copy", "speedup", "status", "reason"]
 CHECK_COLUMNS = ["family", "variant", "case", "status", "max_abs", "tol_usage", "mismatches", "detail"]
 COMPARE_COLUMNS = ["family", "variant", "case", "mode", "median_us_a", "median_us_b", "ratio", "p", "threshold",
                    "verdict", "note"]

@@ -1,8 +1,10 @@
-"""What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe."""
+"""What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe, and the
+size-matched copy that a row's bandwidth is also judged against."""
 from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -68,3 +70,14 @@ def _probe_tensor(device: torch.device) -> torch.Tensor:
 
 def flush_method(device: torch.device) -> str:
     return f"{'read' if device.type == 'cuda' else 'read-modify-write'} of {flush_bytes(device) >> 20} MiB"
+
+
+def size_matched_copy(nbytes: int, device: torch.device) -> Callable[[], torch.Tensor]:
+    """A device copy that moves `nbytes` in all (half read, half written), like a memory-bound kernel's one read
+    of its input and one write of its output. Timed in the same mode as a row, it is the roofline at that size:
+    a cold 2 MB copy pays the same kernel start and DRAM latency as the kernel it is compared with, which the
+    512 MiB probe of the fingerprint amortises away."""
+    n = max(1, nbytes // 8)  # float32 elements per buffer
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    return lambda: dst.copy_(src)

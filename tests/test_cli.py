@@ -35,10 +35,22 @@ def test_bench_show_compare_round_trip(tmp_path, capsys):
     ok = df[df.status == "ok"]
     assert (ok["n"] >= 3).all() and (ok["gbps"] > 0).all() and ok["speedup"].notna().all()
     assert run.fingerprint["device"] == "cpu" and run.fingerprint["copy_gbps"] > 0
+    # the size-matched copy: timed once per (bytes, mode), shared by the variants of a case
+    assert (ok["size_copy_us"] > 0).all()
+    assert ok.groupby(["bytes", "mode"])["size_copy_us"].nunique().eq(1).all()
+    assert ((ok["pct_size_copy"] - 100 * ok["size_copy_us"] / ok["median_us"]).abs() < 1e-6).all()
     assert cli.main(["bench", *args]) == 0
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert cli.main(["compare", "latest~1", "latest", "--results-dir", str(tmp_path), "--all"]) in (0, 1)
     assert "A = " in capsys.readouterr().out
+
+
+def test_bench_without_size_copy_leaves_its_columns_empty(tmp_path):
+    args = ["--family", "toy", "--variant", "torch", "--case", "m7_n13", "--mode", "hot", "--budget", "0.02",
+            "--no-size-copy", "--results-dir", str(tmp_path), *TOY]
+    assert cli.main(["bench", *args]) == 0
+    df = results.resolve_run("latest", tmp_path).df
+    assert (df["status"] == "ok").all() and df["size_copy_us"].isna().all() and df["pct_size_copy"].isna().all()
 
 
 def test_bench_graph_mode_on_cpu_is_unavailable_not_an_error(tmp_path):
@@ -60,7 +72,7 @@ def test_interrupted_bench_keeps_finished_rows(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(timing.Timer, "measure", dying)
     with pytest.raises(KeyboardInterrupt):
         cli.main(["bench", "--family", "toy", "--variant", "torch", "--mode", "hot", "--budget", "0.02",
-                  "--results-dir", str(tmp_path), *TOY])
+                  "--no-size-copy", "--results-dir", str(tmp_path), *TOY])  # measure: the variant's only
     run = results.resolve_run("latest", tmp_path)
     assert len(run.df) == 2
     assert run.meta["complete"] is False and run.incomplete().startswith("is incomplete (2 of ")
