@@ -288,6 +288,7 @@ def _fused_module():
     ({"max_threads": 16}, ValueError, "max_threads"),
     ({"max_cluster": 0}, ValueError, "max_cluster"),
     ({"t1_persistent": 2}, ValueError, "t1_persistent"),
+    ({"t1_stash": -2}, ValueError, "t1_stash"),
     ({"t0_threads": 64.0}, TypeError, "must be an int"),
 ])
 def test_tuning_rejects_bad_knobs(registry, knobs, exc, msg):
@@ -305,7 +306,7 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1]
+    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1]
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -332,7 +333,7 @@ PLAN_CHECK_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0;
+static long checked = 0, persistent = 0, streaming = 0, stashed = 0;
 #define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
   printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
 
@@ -344,6 +345,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   ++checked;
   persistent += pl.persistent;
   streaming += pl.chunks > 1;
+  stashed += pl.stash > 0;
   EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
   std::vector<unsigned char> hits(size_t(nv), 0);
   if (pl.tier == 0) {
@@ -377,6 +379,16 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     if (lim.t1_ctas_per_sm > 0 && pl.smem_bytes > pl.stage * 8)  // one more CTA must not fit on the SM
       EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound / 2 + dev.smem_reserved) * (lim.t1_ctas_per_sm + 1) >
              dev.smem_per_sm, "%s: residency cap", what);
+    EXPECT(pl.stash >= 0 && pl.stash <= std::max(0, (pl.chunks - 1) * pl.items) && (pl.stash == 0 ||
+           (vec > 1 && !pl.persistent && lim.t1_stash >= 0 && (lim.t1_stash == 0 || pl.stash <= lim.t1_stash))),
+           "%s: stash %d", what, pl.stash);
+    if (pl.stash > 0) {  // the stash fits after the staged affine and costs no residency
+      EXPECT(pl.smem_bytes >= stash_offset(pl.stage) + pl.stash * pl.threads * 16, "%s: stash smem", what);
+      const int ctas = lim.t1_ctas_per_sm ? lim.t1_ctas_per_sm : std::max(1, std::min(
+          kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
+      EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound + dev.smem_reserved) * ctas <= dev.smem_per_sm,
+             "%s: stash of %d costs residency", what, pl.stash);
+    }
     if (pl.persistent) {  // gn_mish_persistent_kernel: cluster c takes groups c, c + C, ...: each exactly once
       std::vector<int> owner(size_t(groups), 0);
       const int64_t clusters = pl.grid / k;
@@ -422,8 +434,8 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
-              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent) != 8) return 2;
+    if (scanf("%d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
+              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash) != 9) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -442,8 +454,8 @@ int main() {
             check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
           }
     }
-  printf("checked %ld plans (%ld persistent, %ld streaming), %d failures\n", checked, persistent, streaming,
-         failures);
+  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed), %d failures\n", checked, persistent,
+         streaming, stashed, failures);
   return failures ? 1 : 0;
 }
 """
@@ -460,6 +472,8 @@ def _plan_knobs(tune) -> list[list[int]]:
              for mt in (1024, 256) for mc in (16, 4, 1) for t in (0, 96, 512, 1024) for i in (0, 4) for r in (0, 3)]
     sets += [tuning(max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_persistent=1)
              for mc in (16, 8, 1) for t in (0, 128, 512) for r in (0, 2)]
+    sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_stash=st)
+             for mt in (1024, 256) for mc in (16, 2, 1) for t in (0, 96, 1024) for r in (0, 2) for st in (-1, 1, 5)]
     return [s.as_list() for s in dict.fromkeys(sets)]
 
 
@@ -478,14 +492,14 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
              *(" ".join(map(str, k)) for k in knobs)]
     run = subprocess.run([str(exe)], input="\n".join(lines), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
-    checked, persistent, streaming = map(int, re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming",
-                                                        run.stdout).groups())
-    assert checked >= len(shapes) * len(knobs) * 5 and persistent > 1000 and streaming > 1000, run.stdout
+    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed", run.stdout)
+    checked, persistent, streaming, stashed = map(int, counts.groups())
+    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed) > 1000, run.stdout
 
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <8 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid.
+// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid.
 #include <cstdio>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
@@ -494,9 +508,10 @@ int main() {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
                (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster, &k.t0_threads,
-               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent) == 13) {
+               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
+               &k.t1_stash) == 14) {
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; });
     printf("%d %d %d %d %d %d %d %lld\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
            pl.items, pl.chunks, (long long)pl.grid);
@@ -676,6 +691,23 @@ def test_fused_tier1_knobs_match_reference(registry, fam, label, dtype):
         if tuning.t1_ctas_per_sm:
             assert plan["resident_ctas"] <= tuning.t1_ctas_per_sm * sms, plan
     assert (persistent > 0) == bool(tuning.t1_persistent)
+
+
+@gpu_test
+@pytest.mark.parametrize("stash", [0, -1, 1, 5])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_stash_matches_reference(registry, fam, stash, dtype):
+    """Streaming CTAs (256 threads, no cluster: 2-3 chunks) that keep as many vectors per thread in shared memory
+    as fit (0), none (-1), or 1 / 5 of them, instead of re-reading them."""
+    tuning = _fused_module().Tuning(max_threads=256, max_cluster=1, t1_stash=stash)
+    for B, C, L in [(2, 64, 4000), (3, 16, 12288)]:
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
+        assert plan["tier"] == 1 and plan["chunks"] > 1 and plan["vec"] > 1, plan
+        useful = (plan["chunks"] - 1) * plan["items"]
+        if stash == 0:  # as many as fit (4 CTAs of 256 threads per SM: 13 of 4 KB each on Hopper)
+            assert 0 < plan["stash"] <= useful and plan["smem_bytes"] >= plan["stash"] * 256 * 16, plan
+        else:
+            assert plan["stash"] == (0 if stash < 0 else min(stash, useful)), plan
 
 
 @gpu_test

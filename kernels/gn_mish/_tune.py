@@ -1,6 +1,7 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half] [--budget 0.15] [--json out.json]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash] [--budget 0.15]
+        [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
 then times it with dpk's engine: `graph` mode (device time without launch overhead) on the Push-T shapes
@@ -36,7 +37,11 @@ B8_SHAPES = [("sweep", name, "cold") for name in (
 # The 16-bit sweep cases (the suite's dtypes for them): half the bytes per element of fp32.
 HALF_SHAPES = [("sweep", "b64_c512_l1024_g8", "cold", "bfloat16"), ("sweep", "b64_c512_l1024_g8", "cold", "float16"),
                ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"), ("sweep", "b1_c2048_l4096_g8", "cold", "bfloat16")]
-PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES}
+# Every streaming sweep shape (chunks > 1: the stash's A/B) and the 16-bit one-chunk ones.
+STASH_SHAPES = [("sweep", name, "cold") for name in (
+    "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c512_l4096_g8", "b8_c2048_l4096_g8", "b64_c1024_l1024_g8",
+    "b64_c2048_l1024_g8", "b16_c1024_l2048_g8", "b1_c2048_l4096_g8")] + HALF_SHAPES
+PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES, "stash": STASH_SHAPES}
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -72,7 +77,11 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default,2cta/sm": {"t1_ctas_per_sm": 2},
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
+    "nostash": {"t1_stash": -1},
 }
+# --only stash: the stash (shared memory instead of re-reads) against none, and 8 x 128-thread CTAs for 16-bit.
+STASH_CONFIGS: dict[str, dict[str, int]] = {
+    "default": {}, "nostash": {"t1_stash": -1}, "stash<=4": {"t1_stash": 4}, "t1=128": {"t1_threads": 128}}
 
 
 def _family():
@@ -109,7 +118,8 @@ def _plan_text(plan: dict[str, int]) -> str:
         return (f"t0 {plan['group_threads']}thr/grp x{plan['groups_per_cta']}/cta items{plan['items']} "
                 f"grid{plan['grid']} res{plan['resident_ctas']}")
     return (f"t1{'p' if plan['persistent'] else ''} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
-            f"ch{plan['chunks']} grid{plan['grid']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
+            f"ch{plan['chunks']} stash{plan['stash']} grid{plan['grid']} res{plan['resident_ctas']} "
+            f"smem{plan['smem_bytes']}")
 
 
 def _time_shape(case, mode: str, configs: dict[str, dict[str, int]], fam, fused, baselines: dict, timer,
@@ -196,7 +206,8 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
     failures = 0
     for suite, name, mode, *dtype in shapes:
         case = next(c for c in suites[suite] if c.name == name and c.dtype == (dtype or ["float32"])[0])
-        configs = TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else TIER1_CONFIGS
+        configs = (TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else
+                   STASH_CONFIGS if only == "stash" else TIER1_CONFIGS)
         failures += _time_shape(case, mode, configs, fam, fused, {"eager": eager, "triton": triton}, timer,
                                 copy_bw, rows)
         torch.cuda.empty_cache()

@@ -37,6 +37,8 @@ class Tuning:
     t1_ctas_per_sm: at most this many tier 1 CTAs per SM (padding with dynamic shared memory); t1_persistent:
     1 = resident clusters loop over the groups, loading the next group while reducing and storing the current
     one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).
+    t1_stash: a streaming tier 1 CTA keeps at most this many 16-byte vectors per thread of its oldest chunks in
+    shared memory instead of re-reading them (0: as many as fit without losing residency; -1: none).
     """
 
     max_threads: int = 1024
@@ -47,6 +49,7 @@ class Tuning:
     t1_items: int = 0
     t1_ctas_per_sm: int = 0
     t1_persistent: int = 0
+    t1_stash: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -72,6 +75,8 @@ class Tuning:
             problems.append(f"t1_ctas_per_sm={self.t1_ctas_per_sm} not in 0..32")
         if self.t1_persistent not in (0, 1):
             problems.append(f"t1_persistent={self.t1_persistent} is not 0 or 1")
+        if self.t1_stash < -1:
+            problems.append(f"t1_stash={self.t1_stash} < -1")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 
@@ -121,7 +126,7 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, stage, smem_bytes, resident_ctas (CTAs of this plan that fit at once)."""
+    slice_vecs, chunks, persistent, stage, smem_bytes, stash, resident_ctas (CTAs of this plan that fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 
 

@@ -199,7 +199,8 @@ struct LaunchOp {
     const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items);
     prepare_tier1(kernel);
     Tier1Args a = {int(p.batch * p.groups), FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n,
-                   n / VEC, int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps};
+                   n / VEC, int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
+                   plan.stash};
     args[4] = &a;
     return cudaLaunchKernelExC(&cfg, kernel, args);
   }

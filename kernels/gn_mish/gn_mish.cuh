@@ -32,6 +32,8 @@ struct Limits {
   int t1_ctas_per_sm = 0;     // tier 1: at most this many CTAs per SM (dynamic shared memory padding)
   int t1_persistent = 0;      // tier 1: 1 = persistent clusters that load the next group while reducing and
                               // storing the current one (when the group fits in half the registers)
+  int t1_stash = 0;           // tier 1 streaming: at most this many 16-byte vectors per thread kept in shared
+                              // memory instead of re-read; 0: as many as fit without losing residency; -1: none
 };
 
 // How one call maps onto the GPU.
@@ -48,7 +50,8 @@ struct Plan {
   int chunks = 1;          // tier 1: register chunks per slice: 1 = x read once; > 1 = streaming (L2 re-reads)
   int persistent = 0;      // tier 1: 1 = grid of resident clusters looping over groups, double-buffered
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
-  int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging, or padding for t1_ctas_per_sm)
+  int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging + stash, or padding for t1_ctas_per_sm)
+  int stash = 0;           // tier 1: vectors per thread (the oldest chunks' first) kept in shared memory
 };
 
 // Largest group (C/G * L elements) the kernels index with 32-bit integers.

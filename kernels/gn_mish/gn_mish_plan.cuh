@@ -17,6 +17,9 @@ constexpr int kTier0MaxVecs = 256;        // groups of <= 256 vectors (1024 fp32
 constexpr int kTier0MaxItems = 8;         // tier 0 vectors per thread are compiled for 1, 2, 4, 8
 constexpr int kStageMaxChannels = 2048;   // tier 1 stages gamma/beta of up to this many channels per CTA
 constexpr int kStaticSmemBound = 512;     // >= the tier-1 kernel's static shared memory (408 B)
+constexpr int kRegsPerSm = 65536;
+constexpr int kTier1Regs = 64;            // the tier-1 kernels' register cap (__launch_bounds__(1024, 1))
+constexpr int kThreadsPerSm = 2048;
 // Default plan constants, measured with _tune.py on an H200 (NOTES.md "Default plan"):
 constexpr int kTier0CtaThreads = 128;     // tier 0: CTAs of 128 threads (one group of 128, 2 of 64, 4 warps)
 constexpr int kFewCtaMaxCluster = 8;      // tier 1, few groups: clusters of <= 8 CTAs (16 x 512/1024 measured slow)
@@ -85,7 +88,7 @@ inline bool limits_ok(const Limits& l) {
          (l.t0_threads == 0 || l.t0_threads * l.t0_groups_per_cta <= kMaxThreads) &&
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
-         (l.t1_persistent == 0 || l.t1_persistent == 1);
+         (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1;
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -126,6 +129,26 @@ inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes
     return std::max(staged_bytes, pad);
   }
   return staged_bytes;
+}
+
+// The stash starts after the staged gamma/beta, 16-byte aligned.
+inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15) / 16 * 16; }
+
+// Tier 1 stash: 16-byte vectors per thread that a streaming CTA keeps in shared memory instead of re-reading
+// them from L2 (or DRAM, once the re-read chunks outgrow L2) after the reduction. Vector j of chunk ci is slot
+// ci * items + j, so the oldest chunks, the ones least likely still in L2, go first; the last chunk stays in
+// registers. As many slots as fit without lowering the CTAs per SM that registers and threads allow (or
+// t1_ctas_per_sm), capped by t1_stash; the 16-byte vector path only.
+inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
+  if (lim.t1_stash < 0 || pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
+  const int ctas = lim.t1_ctas_per_sm > 0
+                       ? lim.t1_ctas_per_sm
+                       : std::max(1, std::min(kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
+  const int budget = std::min(dev.smem_per_sm / ctas - dev.smem_reserved, dev.smem_optin) - kStaticSmemBound -
+                     stash_offset(pl.stage);
+  int slots = std::min(std::max(0, budget / (pl.threads * 16)), (pl.chunks - 1) * pl.items);
+  if (lim.t1_stash > 0) slots = std::min(slots, lim.t1_stash);
+  return slots;
 }
 
 // Persistent tier 1 (t1_persistent): clusters of `cluster` CTAs, each CTA holding its slice of one group in
@@ -257,7 +280,9 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   out->grid = groups * out->cluster;
   const int64_t span = slice_channels(p, out->slice_vecs, vec);
   out->stage = span <= kStageMaxChannels ? int(span) : 0;
-  out->smem_bytes = tier1_smem(lim, dev, out->stage * 2 * int(sizeof(float)));
+  out->stash = tier1_stash(lim, dev, *out);
+  out->smem_bytes = tier1_smem(lim, dev, out->stash ? stash_offset(out->stage) + out->stash * out->threads * 16
+                                                    : out->stage * 2 * int(sizeof(float)));
 }
 
 template <typename Fits16, typename Clusters>

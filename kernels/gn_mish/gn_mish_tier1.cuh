@@ -10,7 +10,9 @@
 // (arrive after publishing the CTA's partial, wait, read the K partials, arrive again, and wait for that second
 // phase only before exiting), so one cluster-wide round trip instead of two sits between loads and stores;
 // no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
-// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2.
+// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; a streaming CTA keeps the first
+// `stash` vectors per thread of its oldest chunks in shared memory (dynamic, after the staged gamma/beta) and
+// re-reads only the rest.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -31,6 +33,7 @@ struct Tier1Args {
   int cluster_shift;  // log2(CTAs per group)
   int stage;          // channels staged in shared memory per CTA (0: gamma/beta read through L1)
   float inv_n, eps;
+  int stash;          // streaming: vectors per thread (slot ci * ITEMS + j) kept in shared memory, not re-read
 };
 
 // Cluster barrier halves (sm_90). arrive(release): this thread's earlier writes become visible to the cluster
@@ -167,7 +170,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_cluster_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                            T* __restrict__ y, Tier1Args a) {
   using P = Pack<T, VEC>;
-  extern __shared__ float staged[];  // [stage] gamma, then [stage] beta, as fp32
+  extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the stash
   __shared__ Stats warp_part[kMaxThreads / kWarp];
   __shared__ Stats cta_part;
   const int cluster = 1 << a.cluster_shift;
@@ -185,6 +188,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const T* beta_g = beta + c_first;
   const int L = int(a.L.d);
   const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
+  // stash[slot * blockDim + thread]: each thread reads back only what it wrote (16-byte rows, conflict-free)
+  P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
 
   P raw[ITEMS];
   Stats acc = {0.f, 0.f, 0.f};
@@ -203,6 +208,12 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       }
     }
     acc = merge(acc, thread_stats(raw, first, stride, v_end));
+    if (ci < chunks - 1) {
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {
+        if (ci * ITEMS + j < a.stash && first + j * stride < v_end) stash[(ci * ITEMS + j) * stride] = raw[j];
+      }
+    }
   }
   const Stats total = cluster_collect(cta_reduce_publish(acc, cluster, false, warp_part, &cta_part), cluster,
                                      &cta_part);
@@ -210,7 +221,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const float rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
   for (int ci = chunks - 1; ci >= 0; --ci) {  // the last chunk is still in registers; re-read newest first
     const int first = v_begin + ci * chunk + int(threadIdx.x);
-    if (ci != chunks - 1) load_chunk(raw, src, first, stride, v_end);
+    if (ci != chunks - 1) {
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {
+        const int v = first + j * stride;
+        if (v < v_end) raw[j] = ci * ITEMS + j < a.stash ? stash[(ci * ITEMS + j) * stride] : src[v];
+      }
+    }
 #pragma unroll
     for (int j = 0; j < ITEMS; ++j) {
       const int v = first + j * stride;
