@@ -137,13 +137,20 @@ int resident_memo(const void* kernel, int threads, int k, int smem) {
   return memo(kernel, threads, k, smem, resident);
 }
 
-// The tier-1 kernel of a plan: the cluster kernel with full or half register chunks, or the persistent one.
+// The tier-1 kernel of a plan: the cluster kernel with full or half register chunks, with a stash or without
+// (the stash needs 16-byte vectors), or the persistent one.
 template <typename T, int VEC>
-const void* tier1_kernel(bool persistent, int items) {
+const void* tier1_kernel(bool persistent, int items, bool stash) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
   if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, kHalf>);
-  return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull>)
-                        : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf>);
+  if constexpr (VEC > 1) {
+    if (stash) {
+      return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, true>)
+                            : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, true>);
+    }
+  }
+  return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false>)
+                        : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false>);
 }
 
 template <typename T, int VEC>
@@ -168,8 +175,8 @@ struct PlanOp {
     if (err != cudaSuccess) return err;
     const int full = tier1_items_full(VEC);
     const void* cluster_kernel = tier1_kernel<T, VEC>(false, limits.t1_items > 0 && limits.t1_items < full
-                                                                 ? tier1_items_half(VEC) : full);
-    const void* persistent_kernel = tier1_kernel<T, VEC>(true, 0);
+                                                                 ? tier1_items_half(VEC) : full, false);
+    const void* persistent_kernel = tier1_kernel<T, VEC>(true, 0, false);
     auto fits16 = [cluster_kernel](int threads) {
       return prepare_tier1(cluster_kernel) && resident_memo(cluster_kernel, threads, kMaxCluster, 0) > 0;
     };
@@ -196,7 +203,7 @@ struct LaunchOp {
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
-    const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items);
+    const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0);
     prepare_tier1(kernel);
     Tier1Args a = {int(p.batch * p.groups), FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n,
                    n / VEC, int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
@@ -210,8 +217,8 @@ template <typename T, int VEC>
 struct ResidentOp {
   static cudaError_t run(const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0 ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-                           : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items), plan.threads,
-                                           plan.cluster, plan.smem_bytes);
+                           : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
+                                           plan.threads, plan.cluster, plan.smem_bytes);
     return cudaSuccess;
   }
 };
