@@ -424,8 +424,8 @@ int main() {
       if (f.div(uint32_t(n)) != uint32_t(n) / d) { printf("FAIL FastDiv %llu / %u\n", (unsigned long long)n, d);
                                                     ++failures; break; }
   }
-  const DeviceInfo devices[] = {{132, 9, 233472, 1024, 232448}, {114, 9, 233472, 1024, 232448},
-                                {108, 8, 167936, 1024, 166912}};
+  const DeviceInfo devices[] = {{132, 9, 233472, 1024, 232448, 62914560}, {114, 9, 233472, 1024, 232448, 52428800},
+                                {108, 8, 167936, 1024, 166912, 41943040}};  // H200, H100 PCIe, A100
   int nshapes = 0, nknobs = 0;
   if (scanf("%d %d", &nshapes, &nknobs) != 2) return 2;
   std::vector<Problem> shapes(nshapes);
@@ -499,12 +499,12 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid.
+// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
 #include <cstdio>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 int main() {
-  const DeviceInfo h200{132, 9, 233472, 1024, 232448};
+  const DeviceInfo h200{132, 9, 233472, 1024, 232448, 62914560};
   Problem p;
   Limits k;
   int vec = 0;
@@ -513,8 +513,8 @@ int main() {
                &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
                &k.t1_stash) == 14) {
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; });
-    printf("%d %d %d %d %d %d %d %lld\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
-           pl.items, pl.chunks, (long long)pl.grid);
+    printf("%d %d %d %d %d %d %d %lld %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
+           pl.items, pl.chunks, (long long)pl.grid, pl.stash);
   }
   return 0;
 }
@@ -524,23 +524,23 @@ int main() {
 # shape -> (the _tune.py configuration whose plan the default must equal, its time, the best time and config),
 # then the plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid). Rule: NOTES.md.
 H200_DEFAULTS = {
-    "b1_c256_l16_g8": ("t0=128", 1.81, 1.81, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8)),
-    "b1_c512_l8_g8": ("t0=128", 1.77, 1.77, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8)),
-    "b1_c1024_l4_g8": ("t0=128", 1.86, 1.79, "t0=128,2/cta", (0, 128, 128, 1, 1, 1, 1, 8)),
-    "b1_c512_l4_g8": ("t0=64,2/cta", 1.74, 1.71, "t0=64", (0, 128, 64, 2, 1, 1, 1, 4)),
-    "b1_c256_l8_g8": ("t0=64,2/cta", 1.67, 1.67, "t0=64,2/cta", (0, 128, 64, 2, 1, 1, 1, 4)),
-    "b64_c256_l16_g8": ("t0=64,2/cta", 2.25, 2.25, "t0=64,2/cta", (0, 128, 64, 2, 1, 2, 1, 256)),
-    "b64_c512_l4_g8": ("warp", 2.01, 2.01, "warp", (0, 128, 32, 4, 1, 2, 1, 128)),
-    "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096)),
-    "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048)),
-    "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096)),
-    "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024)),
-    "b8_c2048_l4096_g8": ("default", 193.14, 193.14, "default", (1, 1024, 0, 1, 2, 8, 16, 128)),
-    "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128)),
-    "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128)),
-    "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128)),
-    "b8_c2048_l1024_g8": ("k<=2,t1=1024", 48.43, 48.43, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 4, 128)),
-    "b1_c2048_l1024_g8": ("k<=8", 14.53, 14.53, "k<=8", (1, 1024, 0, 1, 8, 8, 1, 64)),
+    "b1_c256_l16_g8": ("t0=128", 1.81, 1.81, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
+    "b1_c512_l8_g8": ("t0=128", 1.77, 1.77, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
+    "b1_c1024_l4_g8": ("t0=128", 1.86, 1.79, "t0=128,2/cta", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
+    "b1_c512_l4_g8": ("t0=64,2/cta", 1.74, 1.71, "t0=64", (0, 128, 64, 2, 1, 1, 1, 4, 0)),
+    "b1_c256_l8_g8": ("t0=64,2/cta", 1.67, 1.67, "t0=64,2/cta", (0, 128, 64, 2, 1, 1, 1, 4, 0)),
+    "b64_c256_l16_g8": ("t0=64,2/cta", 2.25, 2.25, "t0=64,2/cta", (0, 128, 64, 2, 1, 2, 1, 256, 0)),
+    "b64_c512_l4_g8": ("warp", 2.01, 2.01, "warp", (0, 128, 32, 4, 1, 2, 1, 128, 0)),
+    "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096, 0)),
+    "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048, 0)),
+    "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096, 0)),
+    "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024, 0)),
+    "b8_c2048_l4096_g8": ("default", 193.14, 193.14, "default", (1, 1024, 0, 1, 2, 8, 16, 128, 0)),
+    "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128, 0)),
+    "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0)),
+    "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0)),
+    "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14)),  # stash
+    "b1_c2048_l1024_g8": ("k<=8", 14.53, 14.53, "k<=8", (1, 1024, 0, 1, 8, 8, 1, 64, 0)),
 }
 
 
@@ -596,21 +596,24 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
     where 8 CTAs suffice)."""
     default = _fused_module().Tuning().as_list()
-    cases = {  # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid)
-        ((8, 256, 16, 8), 4): (0, 128, 128, 1, 1, 1, 1, 64),      # 64 groups <= 132 SMs: 1 vector per thread
-        ((17, 256, 16, 8), 4): (0, 128, 64, 2, 1, 2, 1, 68),      # 136 groups > 132: 2 per thread
-        ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2),         # n = 128: a warp per group, 4 per CTA
-        ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8),       # n = 1024 (256 vectors): a 256-thread CTA
-        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048),   # bf16: 64 elements, fp32's 128 bytes per thread
-        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128),    # 64 groups: 2 x 1024 on 128 SMs
-        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64),      # few: 4 x 256 holds it; split to K = 8
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64),     # 16 x 256 would pass K <= 8: 8 x 512
-        ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 16, 128),  # one CTA per SM: K = 2, 16 chunks each
-        ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64),    # K <= 8: streams 4 chunks
-        ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024),  # 128 groups: many, streaming 8 x 512
-        ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks
-        ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512),     # n = 8192: one 256-thread CTA per group
-        ((12, 256, 256, 8), 4): (1, 256, 0, 1, 2, 8, 1, 192),     # 96 groups < SMs, one CTA each: split in two
+    # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash)
+    cases = {
+        ((8, 256, 16, 8), 4): (0, 128, 128, 1, 1, 1, 1, 64, 0),      # 64 groups <= 132 SMs: 1 vector per thread
+        ((17, 256, 16, 8), 4): (0, 128, 64, 2, 1, 2, 1, 68, 0),      # 136 groups > 132: 2 per thread
+        ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2, 0),         # n = 128: a warp per group, 4 per CTA
+        ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8, 0),       # n = 1024 (256 vectors): a 256-thread CTA
+        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048, 0),   # bf16: 64 elements, fp32's 128 bytes per thread
+        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0),    # 64 groups: 2 x 1024 on 128 SMs
+        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0),      # few: 4 x 256 holds it; split to K = 8
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # 16 x 256 would pass K <= 8: 8 x 512
+        ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 16, 128, 0),  # one CTA per SM: K = 2, 16 chunks each
+        ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64, 0),    # K <= 8: streams 4 chunks
+        ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0),  # 128 groups: many, streaming 8 x 512
+        ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
+        # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)
+        ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512, 0),     # n = 8192: one 256-thread CTA per group
+        ((12, 256, 256, 8), 4): (1, 256, 0, 1, 2, 8, 1, 192, 0),     # 96 groups < SMs, one CTA each: split in two
+        ((8, 512, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 4, 128, 14),  # re-reads 50 MB > L2 / 2: stash 14 of 24
     }
     plans = plan_printer([(shape, vec, default) for shape, vec in cases])
     for (key, expected), plan in zip(cases.items(), plans):
@@ -694,20 +697,21 @@ def test_fused_tier1_knobs_match_reference(registry, fam, label, dtype):
 
 
 @gpu_test
-@pytest.mark.parametrize("stash", [0, -1, 1, 5])
+@pytest.mark.parametrize("stash", [0, -1, 1, 5, 1000])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_stash_matches_reference(registry, fam, stash, dtype):
-    """Streaming CTAs (256 threads, no cluster: 2-3 chunks) that keep as many vectors per thread in shared memory
-    as fit (0), none (-1), or 1 / 5 of them, instead of re-reading them."""
+    """Streaming CTAs (256 threads, no cluster: 2-4 chunks) keeping 1, 5 or as many vectors per thread as fit (1000)
+    in shared memory instead of re-reading them; none (-1); the default (0) keeps none here, where the re-reads fit
+    in L2."""
     tuning = _fused_module().Tuning(max_threads=256, max_cluster=1, t1_stash=stash)
     for B, C, L in [(2, 64, 4000), (3, 16, 12288)]:
         plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
         assert plan["tier"] == 1 and plan["chunks"] > 1 and plan["vec"] > 1, plan
         useful = (plan["chunks"] - 1) * plan["items"]
-        if stash == 0:  # as many as fit (4 CTAs of 256 threads per SM: 13 of 4 KB each on Hopper)
+        if stash == 1000:  # 4 CTAs of 256 threads per SM: 13 slots of 4 KB fit on Hopper
             assert 0 < plan["stash"] <= useful and plan["smem_bytes"] >= plan["stash"] * 256 * 16, plan
         else:
-            assert plan["stash"] == (0 if stash < 0 else min(stash, useful)), plan
+            assert plan["stash"] == (0 if stash <= 0 else min(stash, useful)), plan
 
 
 @gpu_test

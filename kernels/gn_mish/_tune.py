@@ -79,9 +79,10 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
     "nostash": {"t1_stash": -1},
 }
-# --only stash: the stash (shared memory instead of re-reads) against none, and 8 x 128-thread CTAs for 16-bit.
+# --only stash: the default rule against no stash, the most that fits, and 4 vectors; 8 x 128-thread CTAs for 16-bit.
 STASH_CONFIGS: dict[str, dict[str, int]] = {
-    "default": {}, "nostash": {"t1_stash": -1}, "stash<=4": {"t1_stash": 4}, "t1=128": {"t1_threads": 128}}
+    "default": {}, "nostash": {"t1_stash": -1}, "stash:max": {"t1_stash": 1000}, "stash<=4": {"t1_stash": 4},
+    "t1=128": {"t1_threads": 128}}
 
 
 def _family():

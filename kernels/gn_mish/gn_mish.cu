@@ -49,7 +49,8 @@ cudaError_t device_info(DeviceInfo* info) {
                    {&d.major, cudaDevAttrComputeCapabilityMajor},
                    {&d.smem_per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor},
                    {&d.smem_reserved, cudaDevAttrReservedSharedMemoryPerBlock},
-                   {&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin}};
+                   {&d.smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin},
+                   {&d.l2_bytes, cudaDevAttrL2CacheSize}};
     for (const auto& q : queries) {
       if ((err = cudaDeviceGetAttribute(q.out, q.attr, dev)) != cudaSuccess) return err;
     }

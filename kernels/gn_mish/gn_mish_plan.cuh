@@ -62,6 +62,7 @@ struct DeviceInfo {
   int smem_per_sm = 0;    // bytes of shared memory per SM
   int smem_reserved = 0;  // bytes the system reserves per CTA
   int smem_optin = 0;     // largest shared memory per CTA after opting in
+  int l2_bytes = 0;       // L2 cache size
 };
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -135,10 +136,14 @@ inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes
 inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15) / 16 * 16; }
 
 // Tier 1 stash: 16-byte vectors per thread that a streaming CTA keeps in shared memory instead of re-reading
-// them from L2 (or DRAM, once the re-read chunks outgrow L2) after the reduction. Vector j of chunk ci is slot
-// ci * items + j, so the oldest chunks, the ones least likely still in L2, go first; the last chunk stays in
-// registers. As many slots as fit without lowering the CTAs per SM that registers and threads allow (or
-// t1_ctas_per_sm), capped by t1_stash; the 16-byte vector path only.
+// them after the reduction. Vector j of chunk ci is slot ci * items + j, so the oldest chunks, the ones least
+// likely still in L2, go first; the last chunk stays in registers. As many slots as fit without lowering the
+// CTAs per SM that registers and threads allow (or t1_ctas_per_sm), capped by t1_stash; 16-byte vectors only.
+// By default only where it pays (H200, _tune.py --only stash): the stash kernel runs 6-19 % slower than the
+// plain one at the same traffic, so it is used when the CTAs in flight would re-read more than half the L2
+// (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
+// b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),
+// the 512-thread many-group plans (16 MB) or b8_c2048_l4096 (251 -> 222 MB: 194 -> 203 us).
 inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
   if (lim.t1_stash < 0 || pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
   const int ctas = lim.t1_ctas_per_sm > 0
@@ -147,8 +152,10 @@ inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl)
   const int budget = std::min(dev.smem_per_sm / ctas - dev.smem_reserved, dev.smem_optin) - kStaticSmemBound -
                      stash_offset(pl.stage);
   int slots = std::min(std::max(0, budget / (pl.threads * 16)), (pl.chunks - 1) * pl.items);
-  if (lim.t1_stash > 0) slots = std::min(slots, lim.t1_stash);
-  return slots;
+  if (lim.t1_stash > 0) return std::min(slots, lim.t1_stash);
+  const int64_t in_flight = std::min<int64_t>(pl.grid, int64_t(ctas) * dev.sms) * pl.threads * 16;  // per slot
+  const int64_t reread = in_flight * (pl.chunks - 1) * pl.items, half_l2 = dev.l2_bytes / 2;
+  return reread > half_l2 && reread - in_flight * slots <= half_l2 ? slots : 0;
 }
 
 // Persistent tier 1 (t1_persistent): clusters of `cluster` CTAs, each CTA holding its slice of one group in
