@@ -1,6 +1,6 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash] [--budget 0.15]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide] [--budget 0.15]
         [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
@@ -41,7 +41,12 @@ HALF_SHAPES = [("sweep", "b64_c512_l1024_g8", "cold", "bfloat16"), ("sweep", "b6
 STASH_SHAPES = [("sweep", name, "cold") for name in (
     "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c512_l4096_g8", "b8_c2048_l4096_g8", "b64_c1024_l1024_g8",
     "b64_c2048_l1024_g8", "b16_c1024_l2048_g8", "b1_c2048_l4096_g8")] + HALF_SHAPES
-PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES, "stash": STASH_SHAPES}
+# Groups beyond the on-chip capacity (B = 8, L = 4096) and the latency-bound B = 1 ones: wider clusters + stash.
+WIDE_SHAPES = [("sweep", "b8_c2048_l4096_g8", "cold"), ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"),
+               ("sweep", "b1_c2048_l4096_g8", "cold"), ("sweep", "b1_c2048_l1024_g8", "cold"),
+               ("sweep", "b8_c1024_l1024_g8", "cold")]
+PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES, "stash": STASH_SHAPES,
+           "wide": WIDE_SHAPES}
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -83,6 +88,13 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
 STASH_CONFIGS: dict[str, dict[str, int]] = {
     "default": {}, "nostash": {"t1_stash": -1}, "stash:max": {"t1_stash": 1000}, "stash<=4": {"t1_stash": 4},
     "t1=128": {"t1_threads": 128}}
+# --only wide: more CTAs per group (several waves of one CTA per SM), so that a wave's re-reads fit the stash and L2.
+WIDE_CONFIGS: dict[str, dict[str, int]] = {
+    "default": {}, "k<=8,t1=1024": {"max_cluster": 8, "t1_threads": 1024},
+    "k<=8,t1=1024,stash:max": {"max_cluster": 8, "t1_threads": 1024, "t1_stash": 1000},
+    "k<=4,t1=1024,stash:max": {"max_cluster": 4, "t1_threads": 1024, "t1_stash": 1000},
+    "k<=16,t1=1024": {"max_cluster": 16, "t1_threads": 1024}, "k<=16,t1=512": {"max_cluster": 16, "t1_threads": 512},
+    "k<=8,t1=512,stash:max": {"max_cluster": 8, "t1_threads": 512, "t1_stash": 1000}}
 
 
 def _family():
@@ -208,7 +220,7 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
     for suite, name, mode, *dtype in shapes:
         case = next(c for c in suites[suite] if c.name == name and c.dtype == (dtype or ["float32"])[0])
         configs = (TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else
-                   STASH_CONFIGS if only == "stash" else TIER1_CONFIGS)
+                   STASH_CONFIGS if only == "stash" else WIDE_CONFIGS if only == "wide" else TIER1_CONFIGS)
         failures += _time_shape(case, mode, configs, fam, fused, {"eager": eager, "triton": triton}, timer,
                                 copy_bw, rows)
         torch.cuda.empty_cache()
