@@ -464,7 +464,8 @@ int main() {
 def _plan_knobs(tune) -> list[list[int]]:
     """Every knob set the variant, the tests and _tune.py use, plus a grid over each knob's range."""
     tuning = _fused_module().Tuning
-    sets = [tuning(), *(tuning(**k) for k in (*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values()))]
+    configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS)
+    sets = [tuning(), *(tuning(**k) for c in configs for k in c.values())]
     sets += [tuning(max_threads=t, max_cluster=c) for _, _, t, c, *_ in FUSED_PATHS]
     sets += [tuning(t0_threads=t, t0_groups_per_cta=g) for t in (32, 64, 128, 256, 512, 1024) for g in (0, 1, 3, 4)
              if t * g <= 1024]
