@@ -182,6 +182,11 @@ def write_report(run: Run, history: list[Run], out_dir: Path) -> Path:
         for mode in [m for m in MODES_ORDER if m in set(_ok(d)["mode"])]:
             t = _ok(d[d["mode"] == mode]).pivot_table(index="case", columns="variant", values="median_us", sort=False)
             lines += [f"{mode} median (us):", "", "```", t.round(2).to_string(), "```", ""]
+            sized = _ok(d[d["mode"] == mode]).dropna(subset=["pct_size_copy"])
+            if len(sized):  # the roofline at each row's own size (dpk bench's size-matched copy)
+                t = sized.pivot_table(index="case", columns="variant", values="pct_size_copy", sort=False)
+                lines += [f"{mode} % of a copy of the same bytes in the same mode:", "", "```",
+                          t.round(1).to_string(), "```", ""]
         bad = d[d.status != "ok"].drop_duplicates(["variant", "case"])
         if len(bad):
             lines += ["Not timed:", "", "```", render(bad, ["variant", "case", "status", "reason"], 100), "```", ""]

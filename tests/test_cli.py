@@ -5,7 +5,7 @@ import pytest
 
 from dpk import cli, results, timing
 
-from .conftest import TOY_KERNELS, TOY_SUITES
+from .conftest import DEVICE, TOY_KERNELS, TOY_SUITES
 
 TOY = ["--kernels-dir", str(TOY_KERNELS), "--suites-dir", str(TOY_SUITES)]
 
@@ -13,7 +13,8 @@ TOY = ["--kernels-dir", str(TOY_KERNELS), "--suites-dir", str(TOY_SUITES)]
 def test_list_shows_availability_and_filters(capsys):
     assert cli.main(["list", "--family", "toy", *TOY]) == 0
     out = capsys.readouterr().out
-    assert "side_stream" in out and "no: needs a CUDA GPU" in out and "dpk@toy/torch/" in out
+    assert "side_stream" in out and "dpk@toy/torch/" in out
+    assert ("no: needs a CUDA GPU" in out) == (DEVICE.type == "cpu")
 
 
 def test_check_reports_broken_variants_and_fails(capsys):
@@ -34,11 +35,13 @@ def test_bench_show_compare_round_trip(tmp_path, capsys):
     assert set(df["mode"]) == {"hot", "cold"} and set(df["status"]) == {"ok", "unavailable"}  # bf16: rowsum
     ok = df[df.status == "ok"]
     assert (ok["n"] >= 3).all() and (ok["gbps"] > 0).all() and ok["speedup"].notna().all()
-    assert run.fingerprint["device"] == "cpu" and run.fingerprint["copy_gbps"] > 0
+    assert run.fingerprint["device"] == DEVICE.type and run.fingerprint["copy_gbps"] > 0
     # the size-matched copy: timed once per (bytes, mode), shared by the variants of a case
     assert (ok["size_copy_us"] > 0).all()
     assert ok.groupby(["bytes", "mode"])["size_copy_us"].nunique().eq(1).all()
     assert ((ok["pct_size_copy"] - 100 * ok["size_copy_us"] / ok["median_us"]).abs() < 1e-6).all()
+    assert cli.main(["report", "latest", "--results-dir", str(tmp_path), "--out", str(tmp_path / "rep")]) == 0
+    assert "cold % of a copy of the same bytes in the same mode" in (tmp_path / "rep" / "report.md").read_text()
     assert cli.main(["bench", *args]) == 0
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert cli.main(["compare", "latest~1", "latest", "--results-dir", str(tmp_path), "--all"]) in (0, 1)
@@ -53,6 +56,7 @@ def test_bench_without_size_copy_leaves_its_columns_empty(tmp_path):
     assert (df["status"] == "ok").all() and df["size_copy_us"].isna().all() and df["pct_size_copy"].isna().all()
 
 
+@pytest.mark.skipif(DEVICE.type == "cuda", reason="graph mode runs on a GPU")
 def test_bench_graph_mode_on_cpu_is_unavailable_not_an_error(tmp_path):
     assert cli.main(["bench", "--family", "toy", "--variant", "torch", "--case", "m7_n13", "--mode", "graph",
                      "--results-dir", str(tmp_path), *TOY]) == 0
