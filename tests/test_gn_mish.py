@@ -289,7 +289,6 @@ def _fused_module():
     ({"max_cluster": 0}, ValueError, "max_cluster"),
     ({"t1_persistent": 2}, ValueError, "t1_persistent"),
     ({"t1_stash": -2}, ValueError, "t1_stash"),
-    ({"t1_prefetch": 2}, ValueError, "t1_prefetch"),
     ({"t0_threads": 64.0}, TypeError, "must be an int"),
 ])
 def test_tuning_rejects_bad_knobs(registry, knobs, exc, msg):
@@ -307,7 +306,7 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1, 1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1, 1]
+    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1]
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -334,7 +333,7 @@ PLAN_CHECK_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0, stashed = 0, prefetching = 0;
+static long checked = 0, persistent = 0, streaming = 0, stashed = 0;
 #define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
   printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
 
@@ -347,7 +346,6 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   persistent += pl.persistent;
   streaming += pl.chunks > 1;
   stashed += pl.stash > 0;
-  prefetching += pl.prefetch;
   EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
   std::vector<unsigned char> hits(size_t(nv), 0);
   if (pl.tier == 0) {
@@ -384,14 +382,12 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     EXPECT(pl.stash >= 0 && pl.stash <= std::max(0, (pl.chunks - 1) * pl.items) && (pl.stash == 0 ||
            (vec > 1 && !pl.persistent && lim.t1_stash >= 0 && (lim.t1_stash == 0 || pl.stash <= lim.t1_stash))),
            "%s: stash %d", what, pl.stash);
-    EXPECT(!pl.prefetch || (lim.t1_prefetch && vec > 1 && pl.chunks > 1 && !pl.persistent && pl.stash == 0 &&
-           pl.smem_bytes >= stash_offset(pl.stage) + pl.items * pl.threads * 16), "%s: prefetch", what);
-    if (pl.stash > 0 || pl.prefetch) {  // the stash / buffer fits after the staged affine and costs no residency
+    if (pl.stash > 0) {  // the stash fits after the staged affine and costs no residency
       EXPECT(pl.smem_bytes >= stash_offset(pl.stage) + pl.stash * pl.threads * 16, "%s: stash smem", what);
       const int ctas = lim.t1_ctas_per_sm ? lim.t1_ctas_per_sm : std::max(1, std::min(
           kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
       EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound + dev.smem_reserved) * ctas <= dev.smem_per_sm,
-             "%s: stash of %d / prefetch %d costs residency", what, pl.stash, pl.prefetch);
+             "%s: stash of %d costs residency", what, pl.stash);
     }
     if (pl.persistent) {  // gn_mish_persistent_kernel: cluster c takes groups c, c + C, ...: each exactly once
       std::vector<int> owner(size_t(groups), 0);
@@ -438,9 +434,8 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
-              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash, &k.t1_prefetch) != 10)
-      return 2;
+    if (scanf("%d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
+              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash) != 9) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -459,8 +454,8 @@ int main() {
             check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
           }
     }
-  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld prefetching), %d failures\n", checked,
-         persistent, streaming, stashed, prefetching, failures);
+  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed), %d failures\n", checked, persistent,
+         streaming, stashed, failures);
   return failures ? 1 : 0;
 }
 """
@@ -480,8 +475,6 @@ def _plan_knobs(tune) -> list[list[int]]:
              for mc in (16, 8, 1) for t in (0, 128, 512) for r in (0, 2)]
     sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_stash=st)
              for mt in (1024, 256) for mc in (16, 2, 1) for t in (0, 96, 1024) for r in (0, 2) for st in (-1, 1, 5)]
-    sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_prefetch=1)
-             for mt in (1024, 256) for mc in (16, 2, 1) for t in (0, 96, 512, 1024) for r in (0, 2, 3)]
     return [s.as_list() for s in dict.fromkeys(sets)]
 
 
@@ -500,16 +493,14 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
              *(" ".join(map(str, k)) for k in knobs)]
     run = subprocess.run([str(exe)], input="\n".join(lines), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
-    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed, (\d+) prefetching",
-                       run.stdout)
-    checked, persistent, streaming, stashed, prefetching = map(int, counts.groups())
-    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed, prefetching) > 1000, \
-        run.stdout
+    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed", run.stdout)
+    checked, persistent, streaming, stashed = map(int, counts.groups())
+    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed) > 1000, run.stdout
 
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <10 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
+// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
 #include <cstdio>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
@@ -518,10 +509,10 @@ int main() {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
                (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster, &k.t0_threads,
                &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_stash, &k.t1_prefetch) == 15) {
+               &k.t1_stash) == 14) {
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; });
     printf("%d %d %d %d %d %d %d %lld %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
            pl.items, pl.chunks, (long long)pl.grid, pl.stash);
@@ -722,21 +713,6 @@ def test_fused_stash_matches_reference(registry, fam, stash, dtype):
             assert 0 < plan["stash"] <= useful and plan["smem_bytes"] >= plan["stash"] * 256 * 16, plan
         else:
             assert plan["stash"] == (0 if stash <= 0 else min(stash, useful)), plan
-
-
-@gpu_test
-@pytest.mark.parametrize("max_cluster", [1, 2])
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
-def test_fused_prefetch_matches_reference(registry, fam, max_cluster, dtype):
-    """The prefetching kernel (odd chunks through a shared-memory buffer by cp.async) on 2-5 chunks per CTA: the
-    last chunk in registers or in the buffer, the others re-read; alone and in 2-CTA clusters."""
-    tuning = _fused_module().Tuning(max_threads=256, max_cluster=max_cluster, t1_prefetch=1)
-    chunk_counts = set()
-    for B, C, L in [(2, 64, 4000), (3, 16, 12288), (1, 8, 40960), (1, 8, 81920)]:
-        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
-        assert plan["tier"] == 1 and plan["prefetch"] == (plan["chunks"] > 1) and plan["stash"] == 0, plan
-        chunk_counts |= {plan["chunks"]} if plan["prefetch"] else set()
-    assert {c % 2 for c in chunk_counts} == {0, 1}, chunk_counts  # last chunk in registers / in the buffer
 
 
 @gpu_test

@@ -84,19 +84,17 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
     "nostash": {"t1_stash": -1},
 }
-# --only stash: the default rule against no stash, the most that fits, 4 vectors, the prefetching kernel; 8 x 128-thread
-# CTAs for 16-bit.
+# --only stash: the default rule against no stash, the most that fits, and 4 vectors; 8 x 128-thread CTAs for 16-bit.
 STASH_CONFIGS: dict[str, dict[str, int]] = {
     "default": {}, "nostash": {"t1_stash": -1}, "stash:max": {"t1_stash": 1000}, "stash<=4": {"t1_stash": 4},
-    "t1=128": {"t1_threads": 128}, "prefetch": {"t1_prefetch": 1}}
+    "t1=128": {"t1_threads": 128}}
 # --only wide: more CTAs per group (several waves of one CTA per SM), so that a wave's re-reads fit the stash and L2.
 WIDE_CONFIGS: dict[str, dict[str, int]] = {
     "default": {}, "k<=8,t1=1024": {"max_cluster": 8, "t1_threads": 1024},
     "k<=8,t1=1024,stash:max": {"max_cluster": 8, "t1_threads": 1024, "t1_stash": 1000},
     "k<=4,t1=1024,stash:max": {"max_cluster": 4, "t1_threads": 1024, "t1_stash": 1000},
     "k<=16,t1=1024": {"max_cluster": 16, "t1_threads": 1024}, "k<=16,t1=512": {"max_cluster": 16, "t1_threads": 512},
-    "k<=8,t1=512,stash:max": {"max_cluster": 8, "t1_threads": 512, "t1_stash": 1000},
-    "prefetch": {"t1_prefetch": 1}, "k<=8,t1=512,prefetch": {"max_cluster": 8, "t1_threads": 512, "t1_prefetch": 1}}
+    "k<=8,t1=512,stash:max": {"max_cluster": 8, "t1_threads": 512, "t1_stash": 1000}}
 
 
 def _family():

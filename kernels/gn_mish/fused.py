@@ -39,7 +39,6 @@ class Tuning:
     one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).
     t1_stash: a streaming tier 1 CTA keeps at most this many 16-byte vectors per thread of its oldest chunks in
     shared memory instead of re-reading them (0: as many as fit without losing residency; -1: none).
-    t1_prefetch: 1 = streaming tier 1 CTAs keep two chunks in flight (odd chunks into shared memory by cp.async).
     """
 
     max_threads: int = 1024
@@ -51,7 +50,6 @@ class Tuning:
     t1_ctas_per_sm: int = 0
     t1_persistent: int = 0
     t1_stash: int = 0
-    t1_prefetch: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -79,8 +77,6 @@ class Tuning:
             problems.append(f"t1_persistent={self.t1_persistent} is not 0 or 1")
         if self.t1_stash < -1:
             problems.append(f"t1_stash={self.t1_stash} < -1")
-        if self.t1_prefetch not in (0, 1):
-            problems.append(f"t1_prefetch={self.t1_prefetch} is not 0 or 1")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 
@@ -130,8 +126,7 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, stage, smem_bytes, stash, prefetch, resident_ctas (CTAs of this plan that fit
-    at once)."""
+    slice_vecs, chunks, persistent, stage, smem_bytes, stash, resident_ctas (CTAs of this plan that fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 
 

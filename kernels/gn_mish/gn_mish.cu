@@ -26,7 +26,6 @@
 
 #include "gn_mish_persistent.cuh"
 #include "gn_mish_plan.cuh"
-#include "gn_mish_prefetch.cuh"
 #include "gn_mish_tier0.cuh"
 #include "gn_mish_tier1.cuh"
 
@@ -142,14 +141,10 @@ int resident_memo(const void* kernel, int threads, int k, int smem) {
 // The tier-1 kernel of a plan: the cluster kernel with full or half register chunks, with a stash or without
 // (the stash needs 16-byte vectors), or the persistent one.
 template <typename T, int VEC>
-const void* tier1_kernel(bool persistent, int items, bool stash, bool prefetch = false) {
+const void* tier1_kernel(bool persistent, int items, bool stash) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
   if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, kHalf>);
   if constexpr (VEC > 1) {
-    if (prefetch) {
-      return items == kFull ? reinterpret_cast<const void*>(gn_mish_prefetch_kernel<T, VEC, kFull>)
-                            : reinterpret_cast<const void*>(gn_mish_prefetch_kernel<T, VEC, kHalf>);
-    }
     if (stash) {
       return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, true>)
                             : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, true>);
@@ -209,7 +204,7 @@ struct LaunchOp {
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
-    const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0, plan.prefetch);
+    const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0);
     prepare_tier1(kernel);
     Tier1Args a = {int(p.batch * p.groups), FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n,
                    n / VEC, int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
@@ -223,8 +218,7 @@ template <typename T, int VEC>
 struct ResidentOp {
   static cudaError_t run(const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0 ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-                           : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0,
-                                                                plan.prefetch),
+                           : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
                                            plan.threads, plan.cluster, plan.smem_bytes);
     return cudaSuccess;
   }

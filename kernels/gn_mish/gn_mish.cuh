@@ -34,8 +34,6 @@ struct Limits {
                               // storing the current one (when the group fits in half the registers)
   int t1_stash = 0;           // tier 1 streaming: at most this many 16-byte vectors per thread kept in shared
                               // memory instead of re-read; 0: as many as fit without losing residency; -1: none
-  int t1_prefetch = 0;        // tier 1 streaming: 1 = two chunks in flight (odd chunks into shared memory with
-                              // cp.async while the previous one is reduced); 0: off
 };
 
 // How one call maps onto the GPU.
@@ -54,7 +52,6 @@ struct Plan {
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
   int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging + stash, or padding for t1_ctas_per_sm)
   int stash = 0;           // tier 1: vectors per thread (the oldest chunks' first) kept in shared memory
-  int prefetch = 0;        // tier 1: 1 = the prefetching kernel (a one-chunk buffer in shared memory)
 };
 
 // Largest group (C/G * L elements) the kernels index with 32-bit integers.

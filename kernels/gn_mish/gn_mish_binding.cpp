@@ -43,7 +43,7 @@ gn_mish::Limits limits_of(const std::vector<int64_t>& knobs) {
   gn_mish::Limits lim;
   int* fields[] = {&lim.max_threads, &lim.max_cluster, &lim.t0_threads,     &lim.t0_groups_per_cta,
                    &lim.t1_threads,  &lim.t1_items,     &lim.t1_ctas_per_sm, &lim.t1_persistent,
-                   &lim.t1_stash,    &lim.t1_prefetch};
+                   &lim.t1_stash};
   constexpr size_t kFields = sizeof(fields) / sizeof(fields[0]);
   TORCH_CHECK(knobs.empty() || knobs.size() == kFields, "gn_mish: expected ", kFields, " knobs, got ", knobs.size());
   for (size_t i = 0; i < knobs.size(); ++i) *fields[i] = static_cast<int>(knobs[i]);
@@ -92,7 +92,6 @@ std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, cons
           {"stage", pl.stage},
           {"smem_bytes", pl.smem_bytes},
           {"stash", pl.stash},
-          {"prefetch", pl.prefetch},
           {"resident_ctas", resident}};
 }
 

@@ -89,8 +89,7 @@ inline bool limits_ok(const Limits& l) {
          (l.t0_threads == 0 || l.t0_threads * l.t0_groups_per_cta <= kMaxThreads) &&
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
-         (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1 &&
-         (l.t1_prefetch == 0 || l.t1_prefetch == 1);
+         (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1;
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -145,30 +144,14 @@ inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15
 // (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
 // b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),
 // the 512-thread many-group plans (16 MB) or b8_c2048_l4096 (251 -> 222 MB: 194 -> 203 us).
-// CTAs per SM that registers and threads allow a tier-1 plan (or t1_ctas_per_sm).
-inline int tier1_ctas_per_sm(const Limits& lim, const Plan& pl) {
-  return lim.t1_ctas_per_sm > 0
-             ? lim.t1_ctas_per_sm
-             : std::max(1, std::min(kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
-}
-
-// 16-byte vectors per thread that fit in shared memory after the staged affine without losing residency.
-inline int tier1_smem_slots(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
-  if (pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
-  const int budget = std::min(dev.smem_per_sm / tier1_ctas_per_sm(lim, pl) - dev.smem_reserved, dev.smem_optin) -
-                     kStaticSmemBound - stash_offset(pl.stage);
-  return std::max(0, budget / (pl.threads * 16));
-}
-
-// Prefetching kernel (t1_prefetch = 1): a streaming plan whose one-chunk buffer fits (tier1_smem_slots).
-inline int tier1_prefetch(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
-  return lim.t1_prefetch == 1 && tier1_smem_slots(lim, dev, pl) >= pl.items ? 1 : 0;
-}
-
 inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
-  if (lim.t1_stash < 0) return 0;
-  const int ctas = tier1_ctas_per_sm(lim, pl);
-  int slots = std::min(tier1_smem_slots(lim, dev, pl), (pl.chunks - 1) * pl.items);
+  if (lim.t1_stash < 0 || pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
+  const int ctas = lim.t1_ctas_per_sm > 0
+                       ? lim.t1_ctas_per_sm
+                       : std::max(1, std::min(kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
+  const int budget = std::min(dev.smem_per_sm / ctas - dev.smem_reserved, dev.smem_optin) - kStaticSmemBound -
+                     stash_offset(pl.stage);
+  int slots = std::min(std::max(0, budget / (pl.threads * 16)), (pl.chunks - 1) * pl.items);
   if (lim.t1_stash > 0) return std::min(slots, lim.t1_stash);
   const int64_t in_flight = std::min<int64_t>(pl.grid, int64_t(ctas) * dev.sms) * pl.threads * 16;  // per slot
   const int64_t reread = in_flight * (pl.chunks - 1) * pl.items, half_l2 = dev.l2_bytes / 2;
@@ -304,11 +287,9 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   out->grid = groups * out->cluster;
   const int64_t span = slice_channels(p, out->slice_vecs, vec);
   out->stage = span <= kStageMaxChannels ? int(span) : 0;
-  out->prefetch = tier1_prefetch(lim, dev, *out);
-  out->stash = out->prefetch ? 0 : tier1_stash(lim, dev, *out);
-  const int buffered = out->prefetch ? out->items : out->stash;  // vectors per thread in shared memory
-  out->smem_bytes = tier1_smem(lim, dev, buffered ? stash_offset(out->stage) + buffered * out->threads * 16
-                                                  : out->stage * 2 * int(sizeof(float)));
+  out->stash = tier1_stash(lim, dev, *out);
+  out->smem_bytes = tier1_smem(lim, dev, out->stash ? stash_offset(out->stage) + out->stash * out->threads * 16
+                                                    : out->stage * 2 * int(sizeof(float)));
 }
 
 template <typename Fits16, typename Clusters>

@@ -165,41 +165,6 @@ __device__ __forceinline__ Stats cluster_collect(Stats cta, int cluster, Stats* 
 #endif
 }
 
-// What the store pass needs besides the vectors: the group's statistics and where gamma/beta come from.
-template <typename T>
-struct StoreCtx {
-  FastDiv L;
-  int c_low, stage;           // first staged channel; channels staged in shared memory (0: read through L1)
-  const float* staged;        // [stage] gamma, then [stage] beta
-  const T* gamma_g;           // gamma, beta of the group's first channel
-  const T* beta_g;
-  float mean, rstd;
-  bool evict_first;           // y through L2 with evict_first (a streaming fp32 CTA)
-};
-
-// Normalise, mish and store this thread's valid vectors first + j * stride < end of one chunk.
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ void normalize_store(const Pack<T, VEC> (&raw)[ITEMS], Pack<T, VEC>* __restrict__ dst,
-                                                int first, int stride, int end, const StoreCtx<T>& s) {
-  const int L = int(s.L.d);
-#pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int v = first + j * stride;
-    if (v < end) {
-      const int c = int(s.L.div(uint32_t(v * VEC)));
-      const float g0 = s.stage ? s.staged[c - s.c_low] : to_float(__ldg(s.gamma_g + c));
-      const float b0 = s.stage ? s.staged[s.stage + c - s.c_low] : to_float(__ldg(s.beta_g + c));
-      const Pack<T, VEC> out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, s.gamma_g, s.beta_g,
-                                                     s.mean, s.rstd);
-      if (s.evict_first) {
-        store_evict_first(dst + v, out);
-      } else {
-        dst[v] = out;
-      }
-    }
-  }
-}
-
 // kStash: a separate instantiation for plans with a stash; without it the kernel is the code before the stash
 // existed (an H200 measured the fp32 one-chunk kernel 40 % slower with the stash paths compiled in but unused,
 // b64_c512_l1024 117 vs 83 us, at the same occupancy and an equivalent load sequence).
@@ -224,6 +189,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
   const T* gamma_g = gamma + c_first;
   const T* beta_g = beta + c_first;
+  const int L = int(a.L.d);
   const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
   // stash[slot * blockDim + thread]: each thread reads back only what it wrote (16-byte rows, conflict-free)
   P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
@@ -254,8 +220,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   }
   const Stats total = cluster_collect(cta_reduce_publish(acc, cluster, false, warp_part, &cta_part), cluster,
                                      &cta_part);
-  const StoreCtx<T> ctx = {a.L, c_low, a.stage, staged, gamma_g, beta_g, total.mean,
-                           fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming};
+  const float mean = total.mean;
+  const float rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
   for (int ci = chunks - 1; ci >= 0; --ci) {  // the last chunk is still in registers; re-read newest first
     const int first = v_begin + ci * chunk + int(threadIdx.x);
     if (kStash && ci != chunks - 1) {
@@ -267,7 +233,21 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     } else if (ci != chunks - 1) {
       load_chunk(raw, src, first, stride, v_end);
     }
-    normalize_store<T, VEC, ITEMS>(raw, dst, first, stride, v_end, ctx);
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int v = first + j * stride;
+      if (v < v_end) {
+        const int c = int(a.L.div(uint32_t(v * VEC)));
+        const float g0 = a.stage ? staged[c - c_low] : to_float(__ldg(gamma_g + c));
+        const float b0 = a.stage ? staged[a.stage + c - c_low] : to_float(__ldg(beta_g + c));
+        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, gamma_g, beta_g, mean, rstd);
+        if (streaming) {
+          store_evict_first(dst + v, out);
+        } else {
+          dst[v] = out;
+        }
+      }
+    }
   }
   if (cluster > 1) cluster_wait();  // peers have finished reading this CTA's partial
 }
