@@ -38,7 +38,8 @@ class Tuning:
     1 = resident clusters loop over the groups, loading the next group while reducing and storing the current
     one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).
     t1_stash: a streaming tier 1 CTA keeps at most this many 16-byte vectors per thread of its oldest chunks in
-    shared memory instead of re-reading them (0: as many as fit without losing residency; -1: none).
+    shared memory instead of re-reading them, as many as fit without losing residency (0: only where the re-reads
+    would outgrow half the L2, the measured rule; -1: none).
     """
 
     max_threads: int = 1024

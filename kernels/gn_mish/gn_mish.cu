@@ -11,8 +11,8 @@
 //   one L2/DRAM round trip plus two small reductions.
 // Tier 1 (gn_mish_tier1.cuh), larger groups: a thread-block cluster of K CTAs (K <= 16, sm_90) per group, the
 //   group in the cluster's registers, partial statistics combined through distributed shared memory, so x is
-//   read from DRAM once; beyond the cluster's register capacity it streams (re-reads from L2). Without sm_90,
-//   K = 1 (streaming). Optionally persistent (gn_mish_persistent.cuh): resident clusters loop over groups and
+//   read from DRAM once; beyond the cluster's register capacity it streams (re-reads from L2, or from shared
+//   memory where a stash holds the oldest chunks). Without sm_90, K = 1 (streaming). Optionally persistent (gn_mish_persistent.cuh): resident clusters loop over groups and
 //   load the next group while reducing and storing the current one.
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA

@@ -33,7 +33,8 @@ struct Limits {
   int t1_persistent = 0;      // tier 1: 1 = persistent clusters that load the next group while reducing and
                               // storing the current one (when the group fits in half the registers)
   int t1_stash = 0;           // tier 1 streaming: at most this many 16-byte vectors per thread kept in shared
-                              // memory instead of re-read; 0: as many as fit without losing residency; -1: none
+                              // memory instead of re-read (as many as fit without losing residency); 0: the
+                              // measured rule (only where re-reads outgrow half the L2); -1: none
 };
 
 // How one call maps onto the GPU.

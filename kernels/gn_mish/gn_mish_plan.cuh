@@ -139,7 +139,7 @@ inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15
 // them after the reduction. Vector j of chunk ci is slot ci * items + j, so the oldest chunks, the ones least
 // likely still in L2, go first; the last chunk stays in registers. As many slots as fit without lowering the
 // CTAs per SM that registers and threads allow (or t1_ctas_per_sm), capped by t1_stash; 16-byte vectors only.
-// By default only where it pays (H200, _tune.py --only stash): the stash kernel runs 6-19 % slower than the
+// By default only where it pays (H200, _tune.py --only stash): the stash kernel runs 6-18 % slower than the
 // plain one at the same traffic, so it is used when the CTAs in flight would re-read more than half the L2
 // (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
 // b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),

@@ -10,9 +10,9 @@
 // (arrive after publishing the CTA's partial, wait, read the K partials, arrive again, and wait for that second
 // phase only before exiting), so one cluster-wide round trip instead of two sits between loads and stores;
 // no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
-// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; a streaming CTA keeps the first
-// `stash` vectors per thread of its oldest chunks in shared memory (dynamic, after the staged gamma/beta) and
-// re-reads only the rest.
+// chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; with a stash (`kStash`: plans whose
+// re-reads outgrow the L2), a streaming CTA keeps the first `stash` vectors per thread of its oldest chunks in
+// shared memory (dynamic, after the staged gamma/beta) and re-reads only the rest.
 #pragma once
 
 #include <cooperative_groups.h>
