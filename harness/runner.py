@@ -147,7 +147,7 @@ class Session:
             return {}
         key = (int(nbytes), mode)
         if key not in self._size_copy_us:
-            copy = ranged(size_matched_copy(int(nbytes), self.device), "dpk", "size_copy", f"{int(nbytes)}B")
+            copy = ranged(size_matched_copy(key[0], self.device), "dpk", "size_copy", f"{key[0]}B")
             self._size_copy_us[key] = timer.measure(copy, mode).stats.median * US
         copy_us = self._size_copy_us[key]
         return {"size_copy_us": copy_us, "pct_size_copy": 100 * copy_us / (meas.stats.median * US)}
