@@ -134,9 +134,10 @@ class Run:
 
 
 def list_runs(results_dir: Path, machine: str | None = None) -> list[Path]:
-    """Stored runs (their JSON files), oldest first."""
+    """Stored runs (their JSON files), oldest first: by the run id's timestamp (to the second), then by when the
+    file was last written (two runs started in the same second; the id's random suffix says nothing of order)."""
     pattern = f"{machine}/*.json" if machine else "*/*.json"
-    return sorted(Path(results_dir).glob(pattern), key=lambda p: p.name)
+    return sorted(Path(results_dir).glob(pattern), key=lambda p: (p.name.split("-", 1)[0], p.stat().st_mtime_ns))
 
 
 def resolve_run(spec: str, results_dir: Path, machine: str | None = None) -> Run:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -106,3 +107,16 @@ def test_copy_probe_warms_up_then_samples_and_the_fingerprint_keeps_its_spread(m
     assert fp["copy_gbps"] == rates[len(rates) // 2] == env.copy_bandwidth_gbps(cpu)
     assert fp["copy_gbps_p10"] <= fp["copy_gbps"] <= fp["copy_gbps_p90"]
     env.copy_bandwidth_samples.cache_clear()
+
+
+def test_latest_is_the_last_written_of_runs_started_in_the_same_second(tmp_path, monkeypatch):
+    """Run ids share the timestamp to the second; their random suffix must not decide which run is `latest`."""
+    suffixes = iter(["ffff", "0000"])
+    monkeypatch.setattr(results.secrets, "token_hex", lambda n: next(suffixes))
+    first = results.RunWriter(tmp_path, fingerprint(), {})
+    first.add(row("a", 10.0), [1e-5] * 3)
+    second = results.RunWriter(tmp_path, fingerprint(), {})
+    second.add(row("a", 11.0), [1.1e-5] * 3)
+    os.utime(first.json_path, ns=(1, 1))  # written long before the second
+    assert results.resolve_run("latest", tmp_path).run_id == second.run_id
+    assert results.resolve_run("latest~1", tmp_path).run_id == first.run_id
