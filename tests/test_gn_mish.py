@@ -289,6 +289,8 @@ def _fused_module():
     ({"max_cluster": 0}, ValueError, "max_cluster"),
     ({"t1_persistent": 2}, ValueError, "t1_persistent"),
     ({"t1_stash": -2}, ValueError, "t1_stash"),
+    ({"t2": 2}, ValueError, "t2=2"),
+    ({"t2_ctas": 33}, ValueError, "t2_ctas"),
     ({"t0_threads": 64.0}, TypeError, "must be an int"),
 ])
 def test_tuning_rejects_bad_knobs(registry, knobs, exc, msg):
@@ -306,7 +308,7 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1]
+    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7]
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -314,7 +316,7 @@ def test_tuning_labels_and_order(registry):
 
 def test_tune_configs_are_valid(registry):
     tune, tuning = TUNE, _fused_module().Tuning
-    for knobs in [*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values()]:
+    for knobs in [*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values(), *tune.GRID_CONFIGS.values()]:
         tuning(**knobs)
     assert all(suite in ("pusht", "sweep") for suite, _, _ in tune.PUSHT_SHAPES + tune.LARGE_SHAPES + tune.B8_SHAPES)
 
@@ -333,19 +335,29 @@ PLAN_CHECK_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0, stashed = 0;
+static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0;
 #define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
   printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
+
+// CTAs per SM of the tier-2 kernel (registers, threads, shared memory), 0 when `none`.
+static int grid_ctas_per_sm(const DeviceInfo& dev, int threads, int smem, bool none) {
+  if (none) return 0;
+  return std::min({kRegsPerSm / (threads * kTier1Regs), kThreadsPerSm / threads,
+                   dev.smem_per_sm / (smem + kStaticSmemBound + dev.smem_reserved)});
+}
 
 static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, bool fits16,
                        int resident_clusters, const char* what) {
   auto clusters = [&](int, int k, int) { return k <= kPortableCluster || fits16 ? resident_clusters : 0; };
-  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters);
+  const bool few = resident_clusters < 8;  // the "few resident" variant: tier 2 cannot be resident at all
+  auto grid_resident = [&](int threads, int smem) { return grid_ctas_per_sm(dev, threads, smem, few); };
+  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident);
   const int64_t nv = p.channels / p.groups * p.length / vec, groups = p.batch * p.groups;
   ++checked;
   persistent += pl.persistent;
   streaming += pl.chunks > 1;
   stashed += pl.stash > 0;
+  grid += pl.tier == 2;
   EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
   std::vector<unsigned char> hits(size_t(nv), 0);
   if (pl.tier == 0) {
@@ -360,18 +372,33 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
         if (t + int64_t(j) * tpg < nv) ++hits[size_t(t + j * tpg)];
   } else {
     const int k = pl.cluster, chunk = pl.threads * pl.items, cg = int(p.channels / p.groups);
-    EXPECT(is_pow2(k) && k <= kMaxCluster && (k <= kPortableCluster || fits16) && (dev.major >= 9 || k == 1) &&
-           k <= lim.max_cluster, "%s: cluster %d", what, k);
+    const bool t2 = pl.tier == 2;
+    EXPECT(pl.tier == 1 || (t2 && lim.t2 > 0 && !few), "%s: tier %d", what, pl.tier);
+    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; the workspace holds counters and partials
+      const int ctas_sm = grid_ctas_per_sm(dev, pl.threads, pl.smem_bytes, false);
+      EXPECT(k >= 1 && k <= kGridMaxCtas && (!lim.t2_ctas || k == lim.t2_ctas) && pl.grid % k == 0 &&
+             pl.grid / k >= 1 && pl.grid / k <= groups && pl.grid <= int64_t(ctas_sm) * dev.sms &&
+             pl.persistent == (pl.grid / k < groups) && pl.chunks == int(ceil_div(pl.slice_vecs, chunk)) &&
+             pl.workspace_bytes >= groups * 8 + groups * k * 16 && (pl.stash == 0 || vec > 1) &&
+             (lim.t1_stash >= 0 || pl.stash == 0), "%s: tier-2 plan", what);
+      std::vector<int> owner(size_t(groups), 0);  // slot s takes groups s, s + slots, ...: each exactly once
+      for (int64_t s = 0; s < pl.grid / k; ++s)
+        for (int64_t g = s; g < groups; g += pl.grid / k) ++owner[size_t(g)];
+      for (int64_t g = 0; g < groups; ++g) EXPECT(owner[size_t(g)] == 1, "%s: group %lld", what, (long long)g);
+    } else {
+      EXPECT(is_pow2(k) && k <= kMaxCluster && (k <= kPortableCluster || fits16) && (dev.major >= 9 || k == 1) &&
+             k <= lim.max_cluster, "%s: cluster %d", what, k);
+    }
     EXPECT(pl.threads <= lim.max_threads && (!lim.t1_threads || pl.threads == std::min(lim.t1_threads,
            lim.max_threads / kWarp * kWarp)), "%s: threads %d", what, pl.threads);
     EXPECT(pl.items == tier1_items_full(vec) || pl.items == tier1_items_half(vec), "%s: items", what);
     EXPECT(pl.slice_vecs * k >= nv && pl.stage <= kStageMaxChannels, "%s", what);
-    if (pl.persistent) {  // clusters loop over groups c, c + C, ...; one register chunk, one staged channel/thread
+    if (pl.persistent && !t2) {  // clusters loop over groups c, c + C, ...; one register chunk, one staged chan/thread
       EXPECT(lim.t1_persistent && pl.items == tier1_items_half(vec) && pl.chunks == 1 &&
              pl.slice_vecs <= int64_t(pl.threads) * pl.items && pl.stage <= pl.threads &&
              pl.smem_bytes >= 4 * pl.stage * 4 && pl.grid % k == 0 && pl.grid / k <= resident_clusters &&
              pl.grid / k >= 1 && pl.grid <= groups * k, "%s: persistent plan", what);
-    } else {
+    } else if (!t2) {
       EXPECT(pl.grid == groups * k, "%s: grid", what);
     }
     EXPECT(pl.smem_bytes >= pl.stage * 8 && pl.smem_bytes <= std::max(pl.stage * 8, dev.smem_optin -
@@ -380,7 +407,8 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
       EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound / 2 + dev.smem_reserved) * (lim.t1_ctas_per_sm + 1) >
              dev.smem_per_sm, "%s: residency cap", what);
     EXPECT(pl.stash >= 0 && pl.stash <= std::max(0, (pl.chunks - 1) * pl.items) && (pl.stash == 0 ||
-           (vec > 1 && !pl.persistent && lim.t1_stash >= 0 && (lim.t1_stash == 0 || pl.stash <= lim.t1_stash))),
+           (vec > 1 && (t2 || !pl.persistent) && lim.t1_stash >= 0 && (lim.t1_stash == 0 ||
+                                                                       pl.stash <= lim.t1_stash))),
            "%s: stash %d", what, pl.stash);
     if (pl.stash > 0) {  // the stash fits after the staged affine and costs no residency
       EXPECT(pl.smem_bytes >= stash_offset(pl.stage) + pl.stash * pl.threads * 16, "%s: stash smem", what);
@@ -389,7 +417,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
       EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound + dev.smem_reserved) * ctas <= dev.smem_per_sm,
              "%s: stash of %d costs residency", what, pl.stash);
     }
-    if (pl.persistent) {  // gn_mish_persistent_kernel: cluster c takes groups c, c + C, ...: each exactly once
+    if (pl.persistent && !t2) {  // gn_mish_persistent_kernel: cluster c takes groups c, c + C, ...: each once
       std::vector<int> owner(size_t(groups), 0);
       const int64_t clusters = pl.grid / k;
       for (int64_t c = 0; c < clusters; ++c)
@@ -397,7 +425,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
       for (int64_t g = 0; g < groups; ++g) EXPECT(owner[size_t(g)] == 1, "%s: group %lld", what, (long long)g);
     }
     const FastDiv Ld(uint32_t(p.length));
-    for (int r = 0; r < k; ++r) {  // gn_mish_cluster_kernel's loops (the persistent kernel's with chunks == 1)
+    for (int r = 0; r < k; ++r) {  // the cluster and grid kernels' loops (the persistent kernel's: chunks == 1)
       const int v_begin = int(std::min<int64_t>(nv, r * pl.slice_vecs));
       const int v_end = int(std::min<int64_t>(nv, v_begin + pl.slice_vecs));
       const int chunks = (v_end - v_begin + chunk - 1) / chunk;
@@ -434,8 +462,9 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads, &k.t0_groups_per_cta,
-              &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash) != 9) return 2;
+    if (scanf("%d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
+              &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash,
+              &k.t2, &k.t2_ctas) != 11) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -454,8 +483,8 @@ int main() {
             check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
           }
     }
-  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed), %d failures\n", checked, persistent,
-         streaming, stashed, failures);
+  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2), %d failures\n", checked,
+         persistent, streaming, stashed, grid, failures);
   return failures ? 1 : 0;
 }
 """
@@ -464,7 +493,7 @@ int main() {
 def _plan_knobs(tune) -> list[list[int]]:
     """Every knob set the variant, the tests and _tune.py use, plus a grid over each knob's range."""
     tuning = _fused_module().Tuning
-    configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS)
+    configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS, tune.GRID_CONFIGS)
     sets = [tuning(), *(tuning(**k) for c in configs for k in c.values())]
     sets += [tuning(max_threads=t, max_cluster=c) for _, _, t, c, *_ in FUSED_PATHS]
     sets += [tuning(t0_threads=t, t0_groups_per_cta=g) for t in (32, 64, 128, 256, 512, 1024) for g in (0, 1, 3, 4)
@@ -475,6 +504,9 @@ def _plan_knobs(tune) -> list[list[int]]:
              for mc in (16, 8, 1) for t in (0, 128, 512) for r in (0, 2)]
     sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_stash=st)
              for mt in (1024, 256) for mc in (16, 2, 1) for t in (0, 96, 1024) for r in (0, 2) for st in (-1, 1, 5)]
+    sets += [tuning(max_threads=mt, t1_threads=t, t1_items=i, t1_ctas_per_sm=r, t1_stash=st, t2=t2, t2_ctas=s)
+             for mt in (1024, 256) for t in (0, 96, 512) for i in (0, 4) for r in (0, 2) for st in (-1, 0, 3)
+             for t2 in (-1, 1) for s in (0, 1, 3, 32)]
     return [s.as_list() for s in dict.fromkeys(sets)]
 
 
@@ -493,14 +525,16 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
              *(" ".join(map(str, k)) for k in knobs)]
     run = subprocess.run([str(exe)], input="\n".join(lines), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
-    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed", run.stdout)
-    checked, persistent, streaming, stashed = map(int, counts.groups())
-    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed) > 1000, run.stdout
+    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed, (\d+) tier 2",
+                       run.stdout)
+    checked, persistent, streaming, stashed, grid = map(int, counts.groups())
+    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed, grid) > 1000, run.stdout
 
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <9 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
+// "B C L G vec <11 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
+#include <algorithm>
 #include <cstdio>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
@@ -509,11 +543,13 @@ int main() {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch, (long long*)&p.channels,
-               (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster, &k.t0_threads,
-               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_stash) == 14) {
-    const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; });
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
+               (long long*)&p.channels, (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster,
+               &k.t0_threads, &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
+               &k.t1_stash, &k.t2, &k.t2_ctas) == 16) {
+    const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; },
+                                [](int threads, int smem) { return std::min({65536 / (threads * 64), 2048 / threads,
+                                                                             233472 / (smem + 512 + 1024)}); });
     printf("%d %d %d %d %d %d %d %lld %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
            pl.items, pl.chunks, (long long)pl.grid, pl.stash);
   }
@@ -715,17 +751,68 @@ def test_fused_stash_matches_reference(registry, fam, stash, dtype):
             assert plan["stash"] == (0 if stash <= 0 else min(stash, useful)), plan
 
 
+TIER2_KNOBS = {  # label -> knobs: the rule's plan, odd S, 32 CTAs of one warp, small CTAs streaming past a 3-slot
+    # stash (re-reads), no stash, 16 elements per thread, more groups than resident slots (each CTA loops)
+    "t2": {"t2": 1}, "s=3": {"t2": 1, "t2_ctas": 3}, "s=32,t=32": {"t2": 1, "t2_ctas": 32, "t1_threads": 32},
+    "s=3,t=128,stash<=3": {"t2": 1, "t2_ctas": 3, "t1_threads": 128, "t1_stash": 3},
+    "t=128,nostash": {"t2": 1, "t1_threads": 128, "t1_stash": -1}, "16el": {"t2": 1, "t1_items": 4},
+    "s=5,t=1024": {"t2": 1, "t2_ctas": 5, "t1_threads": 1024}}
+
+
 @gpu_test
-def test_fused_unaligned_input_takes_scalar_path(registry, fam):
+@pytest.mark.parametrize("label", list(TIER2_KNOBS))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_tier2_matches_reference(registry, fam, label, dtype):
+    """Tier 2 (groups over S CTAs meeting through global memory) on B = 1..64 shapes: vectors straddling channels
+    (L = 250), 8 groups over the SMs, stash plus re-reads, and slots looping over more groups than fit at once."""
+    tuning = _fused_module().Tuning(**TIER2_KNOBS[label])
+    seen = {"persistent": 0, "stash": 0, "chunks": 0}
+    for B, C, L in [(1, 512, 256), (2, 128, 250), (3, 64, 1000), (2, 64, 4000), (64, 128, 256)]:
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
+        assert plan["tier"] == 2 and plan["workspace_bytes"] >= B * 8 * (8 + 16 * plan["cluster"]), plan
+        if "t2_ctas" in TIER2_KNOBS[label]:
+            assert plan["cluster"] == tuning.t2_ctas, plan
+        seen["persistent"] += plan["persistent"]
+        seen["stash"] += plan["stash"] > 0
+        seen["chunks"] += plan["chunks"] > 1
+    if label == "s=5,t=1024":
+        assert seen["persistent"] > 0, seen  # 512 groups, 5 CTAs each, 1-2 CTAs of 1024 threads per SM
+    if label == "s=3,t=128,stash<=3":
+        assert seen["stash"] > 0 and seen["chunks"] > 0, seen
+
+
+@gpu_test
+def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
+    """Every launch leaves the group counters at zero: plans of different S run back to back on one stream and on a
+    second stream (its own workspace) on fresh inputs each time; a counter left at a multiple of the previous S
+    would release a barrier early and mix stale partials into the statistics."""
     fused = _fused_module()
-    case = dpk.make_case(FAMILY, "t", B=2, C=64, L=16, G=8)
+    side = torch.cuda.Stream()
+    for i, (ctas, stream) in enumerate([(4, None), (3, None), (32, None), (1, side), (4, side), (3, None), (4, None)]):
+        case = dpk.make_case(FAMILY, f"r{i}", B=2, C=64, L=2000, G=8, seed=100 + i, xoffset=float(i))
+        inputs = fam.make_inputs(case, torch.device("cuda"))
+        tuning = fused.Tuning(t2=1, t2_ctas=ctas, t1_threads=128)
+        with torch.cuda.stream(stream or torch.cuda.current_stream()):
+            out = fused.fused_gn_mish(*inputs, tuning=tuning)
+        torch.cuda.synchronize()
+        assert fused.fused_plan(inputs[0], inputs[3], tuning)["tier"] == 2
+        assert_within(out, fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs]),
+                      fam.tolerance(case, "float32"))
+
+
+@gpu_test
+@pytest.mark.parametrize("L,knobs", [(16, {}), (16, {"t0_threads": 128}), (4000, {}), (4000, {"t2": 1})])
+def test_fused_unaligned_input_takes_scalar_path(registry, fam, L, knobs):
+    """x one element off 16-byte alignment: every tier reads and writes it element by element."""
+    fused = _fused_module()
+    case = dpk.make_case(FAMILY, "t", B=2, C=64, L=L, G=8)
     x, gamma, beta, groups, eps = fam.make_inputs(case, torch.device("cuda"))
     shifted = torch.empty(x.numel() + 1, device="cuda")[1:].view_as(x).copy_(x)  # contiguous, 4-byte aligned
     ref = fam.reference(x.double(), gamma.double(), beta.double(), groups, eps)
-    for tuning in (fused.Tuning(), fused.Tuning(t0_threads=128)):
-        assert fused.fused_plan(shifted, groups, tuning)["vec"] == 1
-        assert_within(fused.fused_gn_mish(shifted, gamma, beta, groups, eps, tuning), ref,
-                      fam.tolerance(case, "float32"))
+    tuning = fused.Tuning(**knobs)
+    plan = fused.fused_plan(shifted, groups, tuning)
+    assert plan["vec"] == 1 and plan["tier"] == (0 if L == 16 else 2 if knobs else 1), plan
+    assert_within(fused.fused_gn_mish(shifted, gamma, beta, groups, eps, tuning), ref, fam.tolerance(case, "float32"))
 
 
 @gpu_test
@@ -736,7 +823,8 @@ def test_fused_mish_is_stable_for_extreme_z(registry):
 
 
 @gpu_test
-@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {}), (256, 16, {"t0_threads": 128}), (256, 16, {})])
+@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
+                                        (256, 1024, {"t2": 1})])
 def test_fused_replays_in_a_cuda_graph(registry, fam, C, L, knobs):
     fused = _fused_module()
     tuning = fused.Tuning(**knobs)

@@ -1,6 +1,6 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide] [--budget 0.15]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide|grid] [--budget 0.15]
         [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
@@ -45,8 +45,13 @@ STASH_SHAPES = [("sweep", name, "cold") for name in (
 WIDE_SHAPES = [("sweep", "b8_c2048_l4096_g8", "cold"), ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"),
                ("sweep", "b1_c2048_l4096_g8", "cold"), ("sweep", "b1_c2048_l1024_g8", "cold"),
                ("sweep", "b8_c1024_l1024_g8", "cold")]
+# Tier 2 against tier 1: every sweep shape that tier 1 left below 70 % of a same-size copy, and neighbours.
+GRID_SHAPES = [("sweep", name, "cold") for name in (
+    "b1_c512_l1024_g8", "b1_c1024_l1024_g8", "b1_c2048_l1024_g8", "b1_c512_l4096_g8", "b1_c2048_l4096_g8",
+    "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c2048_l4096_g8", "b16_c1024_l2048_g8", "b64_c1024_l1024_g8")] + [
+    ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"), ("sweep", "b1_c2048_l4096_g8", "cold", "bfloat16")]
 PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES, "stash": STASH_SHAPES,
-           "wide": WIDE_SHAPES}
+           "wide": WIDE_SHAPES, "grid": GRID_SHAPES}
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -96,6 +101,14 @@ WIDE_CONFIGS: dict[str, dict[str, int]] = {
     "k<=16,t1=1024": {"max_cluster": 16, "t1_threads": 1024}, "k<=16,t1=512": {"max_cluster": 16, "t1_threads": 512},
     "k<=8,t1=512,stash:max": {"max_cluster": 8, "t1_threads": 512, "t1_stash": 1000}}
 
+# --only grid: tier 2's rule, CTA sizes, CTAs per group, without the stash, 16 elements per thread in registers.
+GRID_CONFIGS: dict[str, dict[str, int]] = {
+    "default": {}, "t2": {"t2": 1}, "t2,t1=1024": {"t2": 1, "t1_threads": 1024},
+    "t2,t1=512": {"t2": 1, "t1_threads": 512}, "t2,t1=256": {"t2": 1, "t1_threads": 256},
+    "t2,s=8": {"t2": 1, "t2_ctas": 8}, "t2,s=16": {"t2": 1, "t2_ctas": 16}, "t2,s=32": {"t2": 1, "t2_ctas": 32},
+    "t2,t1=1024,s=16": {"t2": 1, "t1_threads": 1024, "t2_ctas": 16},
+    "t2,nostash": {"t2": 1, "t1_stash": -1}, "t2,16el": {"t2": 1, "t1_items": 4}}
+
 
 def _family():
     """(family, fused module, eager fn, triton fn or None) through the registry, as the harness loads them."""
@@ -130,6 +143,9 @@ def _plan_text(plan: dict[str, int]) -> str:
     if plan["tier"] == 0:
         return (f"t0 {plan['group_threads']}thr/grp x{plan['groups_per_cta']}/cta items{plan['items']} "
                 f"grid{plan['grid']} res{plan['resident_ctas']}")
+    if plan["tier"] == 2:
+        return (f"t2 {plan['cluster']}x{plan['threads']}thr items{plan['items']} ch{plan['chunks']} "
+                f"stash{plan['stash']} grid{plan['grid']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
     return (f"t1{'p' if plan['persistent'] else ''} {plan['cluster']}x{plan['threads']}thr items{plan['items']} "
             f"ch{plan['chunks']} stash{plan['stash']} grid{plan['grid']} res{plan['resident_ctas']} "
             f"smem{plan['smem_bytes']}")
@@ -220,7 +236,8 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
     for suite, name, mode, *dtype in shapes:
         case = next(c for c in suites[suite] if c.name == name and c.dtype == (dtype or ["float32"])[0])
         configs = (TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else
-                   STASH_CONFIGS if only == "stash" else WIDE_CONFIGS if only == "wide" else TIER1_CONFIGS)
+                   STASH_CONFIGS if only == "stash" else WIDE_CONFIGS if only == "wide" else
+                   GRID_CONFIGS if only == "grid" else TIER1_CONFIGS)
         failures += _time_shape(case, mode, configs, fam, fused, {"eager": eager, "triton": triton}, timer,
                                 copy_bw, rows)
         torch.cuda.empty_cache()

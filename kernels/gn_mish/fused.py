@@ -2,7 +2,8 @@
 
 Small groups (every Push-T GroupNorm): the group in the registers of a warp ... a CTA. Large groups: a
 thread-block cluster (sm_90) per group combining (count, mean, M2) through distributed shared memory, so x is
-read from DRAM once; beyond the cluster's register capacity it streams (re-read from L2). `Tuning` selects the
+read from DRAM once; beyond the cluster's register capacity it streams (re-read from L2). Tier 2: up to 32 CTAs
+per group meeting through global memory in a resident grid, slices in registers plus shared memory. `Tuning` selects the
 CTA shapes of both tiers at run time (kernels/gn_mish/_tune.py sweeps them); the defaults are the variant's.
 """
 from __future__ import annotations
@@ -23,7 +24,7 @@ HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "gn_mish_binding.cpp", HERE / "gn_mish.cu")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_GROUP_ELEMENTS = 2**30  # gn_mish.cuh kMaxGroupElements: 32-bit indexing inside a group
-MAX_GROUPS = 2**27  # B * G: the grid holds up to 16 CTAs per group
+MAX_GROUPS = 2**27  # B * G: the grid holds up to 16 CTAs per group (tier 2 takes <= 2**31 / 32 groups, else tier 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,7 +40,10 @@ class Tuning:
     one (used when a group fits in half of the cluster's registers; otherwise the plan is the usual one).
     t1_stash: a streaming tier 1 CTA keeps at most this many 16-byte vectors per thread of its oldest chunks in
     shared memory instead of re-reading them, as many as fit without losing residency (0: only where the re-reads
-    would outgrow half the L2, the measured rule; -1: none).
+    would outgrow half the L2, the measured rule; -1: none); it also caps tier 2's stash.
+    t2: 1 = tier 2 wherever it can be resident (a group over up to 32 CTAs that meet through global memory, the grid
+    resident and looping over groups, slices in registers plus a shared-memory stash), -1 = never, 0 = the rule;
+    t2_ctas: tier 2 CTAs per group, 1..32 (0: the rule).
     """
 
     max_threads: int = 1024
@@ -51,6 +55,8 @@ class Tuning:
     t1_ctas_per_sm: int = 0
     t1_persistent: int = 0
     t1_stash: int = 0
+    t2: int = 0
+    t2_ctas: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -78,6 +84,10 @@ class Tuning:
             problems.append(f"t1_persistent={self.t1_persistent} is not 0 or 1")
         if self.t1_stash < -1:
             problems.append(f"t1_stash={self.t1_stash} < -1")
+        if self.t2 not in (-1, 0, 1):
+            problems.append(f"t2={self.t2} is not -1, 0 or 1")
+        if not 0 <= self.t2_ctas <= 32:
+            problems.append(f"t2_ctas={self.t2_ctas} not in 0..32")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 
@@ -127,7 +137,8 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, stage, smem_bytes, stash, resident_ctas (CTAs of this plan that fit at once)."""
+    slice_vecs, chunks, persistent, stage, smem_bytes, stash, workspace_bytes, resident_ctas (CTAs of this plan that
+    fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 
 

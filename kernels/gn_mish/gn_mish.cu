@@ -14,6 +14,8 @@
 //   read from DRAM once; beyond the cluster's register capacity it streams (re-reads from L2, or from shared
 //   memory where a stash holds the oldest chunks). Without sm_90, K = 1 (streaming). Optionally persistent (gn_mish_persistent.cuh): resident clusters loop over groups and
 //   load the next group while reducing and storing the current one.
+// Tier 2 (gn_mish_grid.cuh): up to 32 CTAs per group, no cluster, partial statistics through global memory; the
+//   grid is resident (cooperative launch) and loops over groups; slices live in registers plus a shared-memory stash.
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA
 // shape and the tier-1 CTA size, items per thread, cluster cap, residency and persistence; 0 = the default.
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <tuple>
 
+#include "gn_mish_grid.cuh"
 #include "gn_mish_persistent.cuh"
 #include "gn_mish_plan.cuh"
 #include "gn_mish_tier0.cuh"
@@ -64,9 +67,14 @@ cudaLaunchConfig_t launch_config(const Plan& plan, cudaLaunchAttribute* attr, cu
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3(unsigned(plan.grid));
   cfg.blockDim = dim3(unsigned(plan.threads));
-  cfg.dynamicSmemBytes = plan.tier == 1 ? size_t(plan.smem_bytes) : 0;
+  cfg.dynamicSmemBytes = plan.tier > 0 ? size_t(plan.smem_bytes) : 0;
   cfg.stream = stream;
-  if (plan.tier == 1 && plan.cluster > 1) {
+  if (plan.tier == 2) {  // every CTA of a group must be resident while it waits for the others
+    attr->id = cudaLaunchAttributeCooperative;
+    attr->val.cooperative = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+  } else if (plan.tier == 1 && plan.cluster > 1) {
     attr->id = cudaLaunchAttributeClusterDimension;
     attr->val.clusterDim.x = unsigned(plan.cluster);
     attr->val.clusterDim.y = 1;
@@ -155,6 +163,12 @@ const void* tier1_kernel(bool persistent, int items, bool stash) {
 }
 
 template <typename T, int VEC>
+const void* grid_kernel(int items) {
+  return items == tier1_items_full(VEC) ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, tier1_items_full(VEC)>)
+                                        : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, tier1_items_half(VEC)>);
+}
+
+template <typename T, int VEC>
 const void* tier0_kernel(int items) {
   switch (items) {
     case 1:
@@ -184,7 +198,11 @@ struct PlanOp {
     auto clusters = [persistent_kernel](int threads, int k, int smem) {
       return resident_memo(persistent_kernel, threads, k, smem) / k;
     };
-    *plan = choose_plan(p, limits, dev, VEC, fits16, clusters);
+    const void* grid = grid_kernel<T, VEC>(limits.t1_items > 0 && limits.t1_items < full ? tier1_items_half(VEC) : full);
+    auto grid_resident = [grid, &dev](int threads, int smem) {
+      return resident_memo(grid, threads, 1, smem) / std::max(1, dev.sms);
+    };
+    *plan = choose_plan(p, limits, dev, VEC, fits16, clusters, grid_resident);
     return cudaSuccess;
   }
 };
@@ -192,23 +210,35 @@ struct PlanOp {
 template <typename T, int VEC>
 struct LaunchOp {
   static cudaError_t run(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta,
-                         void* y, cudaStream_t stream) {
+                         void* y, void* workspace, cudaStream_t stream) {
     const int cgc = int(p.channels / p.groups);
     const int n = cgc * int(p.length);
+    const int groups = int(p.batch * p.groups);
     cudaLaunchAttribute attr;
     cudaLaunchConfig_t cfg = launch_config(plan, &attr, stream);
     void* args[5] = {&x, &gamma, &beta, &y, nullptr};  // kernels take (const T*, const T*, const T*, T*, Args)
     if (plan.tier == 0) {
-      Tier0Args a = {int(p.batch * p.groups), FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)),
-                     n, n / VEC, log2_exact(plan.group_threads), float(1.0 / n), p.eps};
+      Tier0Args a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
+                     log2_exact(plan.group_threads), float(1.0 / n), p.eps};
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
+    if (plan.tier == 2) {
+      if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return cudaErrorInvalidValue;
+      const void* kernel = grid_kernel<T, VEC>(plan.items);
+      prepare_tier1(kernel);
+      auto* counters = static_cast<unsigned*>(workspace);
+      auto* partials = reinterpret_cast<float4*>(static_cast<char*>(workspace) + (groups * 8 + 15) / 16 * 16);
+      GridArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
+                    int(plan.slice_vecs), plan.cluster, int(plan.grid / plan.cluster), plan.stage, float(1.0 / n),
+                    p.eps, plan.stash, partials, counters};
+      args[4] = &a;
+      return cudaLaunchKernelExC(&cfg, kernel, args);
+    }
     const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0);
     prepare_tier1(kernel);
-    Tier1Args a = {int(p.batch * p.groups), FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n,
-                   n / VEC, int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
-                   plan.stash};
+    Tier1Args a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
+                   int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps, plan.stash};
     args[4] = &a;
     return cudaLaunchKernelExC(&cfg, kernel, args);
   }
@@ -217,9 +247,10 @@ struct LaunchOp {
 template <typename T, int VEC>
 struct ResidentOp {
   static cudaError_t run(const Plan& plan, int* ctas) {
-    *ctas = plan.tier == 0 ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-                           : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
-                                           plan.threads, plan.cluster, plan.smem_bytes);
+    *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
+            : plan.tier == 2 ? resident_memo(grid_kernel<T, VEC>(plan.items), plan.threads, 1, plan.smem_bytes)
+                             : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
+                                             plan.threads, plan.cluster, plan.smem_bytes);
     return cudaSuccess;
   }
 };
@@ -271,12 +302,11 @@ cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas) {
   return dispatch<ResidentOp>(p.dtype, plan.vec > 1, plan, ctas);
 }
 
-cudaError_t launch(const Problem& p, const void* x, const void* gamma, const void* beta, void* y,
-                   const Limits& limits, cudaStream_t stream) {
-  Plan plan;
-  const cudaError_t err = make_plan(p, x, y, limits, &plan);
+cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,
+                   void* workspace, cudaStream_t stream) {
+  const cudaError_t err = check(p);
   if (err != cudaSuccess) return err;
-  return dispatch<LaunchOp>(p.dtype, plan.vec > 1, p, plan, x, gamma, beta, y, stream);
+  return dispatch<LaunchOp>(p.dtype, plan.vec > 1, p, plan, x, gamma, beta, y, workspace, stream);
 }
 
 }  // namespace gn_mish

@@ -34,25 +34,32 @@ struct Limits {
                               // storing the current one (when the group fits in half the registers)
   int t1_stash = 0;           // tier 1 streaming: at most this many 16-byte vectors per thread kept in shared
                               // memory instead of re-read (as many as fit without losing residency); 0: the
-                              // measured rule (only where re-reads outgrow half the L2); -1: none
+                              // measured rule (only where re-reads outgrow half the L2); -1: none (also tier 2's cap)
+  int t2 = 0;                 // tier 2 (S CTAs per group meeting through global memory, resident grid): 1 = use it
+                              // wherever it can be resident, -1 = never, 0 = the measured rule
+  int t2_ctas = 0;            // tier 2 CTAs per group, 1..32; 0: the rule (fewest whose registers and stash hold
+                              // the group, raised to spread few groups over the SMs)
 };
 
 // How one call maps onto the GPU.
 struct Plan {
-  int tier = 0;            // 0: one CTA slice per group (whole group in registers); 1: a cluster of CTAs per group
+  int tier = 0;            // 0: one CTA slice per group (whole group in registers); 1: a cluster of CTAs per group;
+                           // 2: `cluster` CTAs per group (no hardware cluster) meeting through global memory
   int vec = 1;             // elements per load: 16 bytes / element size, or 1 (unaligned or n % vec != 0)
   int threads = 0;         // CTA size
   int group_threads = 0;   // tier 0: threads per group (a power of two >= 32)
   int groups_per_cta = 1;  // tier 0: groups per CTA
-  int cluster = 1;         // tier 1: CTAs per group; > 1 launches a thread-block cluster
+  int cluster = 1;         // tiers 1, 2: CTAs per group; tier 1 with > 1 launches a thread-block cluster
   int items = 0;           // vectors per thread held in registers (per chunk on tier 1)
   int64_t grid = 0;        // CTAs launched
   int64_t slice_vecs = 0;  // tier 1: vectors of a group handled by one CTA
   int chunks = 1;          // tier 1: register chunks per slice: 1 = x read once; > 1 = streaming (L2 re-reads)
-  int persistent = 0;      // tier 1: 1 = grid of resident clusters looping over groups, double-buffered
+  int persistent = 0;      // tier 1: 1 = grid of resident clusters looping over groups, double-buffered;
+                           // tier 2: 1 = fewer groups in flight (grid / cluster) than groups, each CTA loops
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
   int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging + stash, or padding for t1_ctas_per_sm)
-  int stash = 0;           // tier 1: vectors per thread (the oldest chunks' first) kept in shared memory
+  int stash = 0;           // tiers 1, 2: vectors per thread (the oldest chunks' first) kept in shared memory
+  int64_t workspace_bytes = 0;  // tier 2: counters and partials in global memory, zero-initialised by the caller
 };
 
 // Largest group (C/G * L elements) the kernels index with 32-bit integers.
@@ -67,8 +74,10 @@ cudaError_t make_plan(const Problem& p, const void* x, const void* y, const Limi
 // CTAs of `plan` that can be resident at once on the current device (occupancy query; for notes and tuning).
 cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas);
 
-// Launch on `stream`; returns the launch error (cudaSuccess when queued).
-cudaError_t launch(const Problem& p, const void* x, const void* gamma, const void* beta, void* y,
-                   const Limits& limits, cudaStream_t stream);
+// Launch `plan` (from make_plan) on `stream`; returns the launch error (cudaSuccess when queued). Tier 2 needs
+// plan.workspace_bytes of global memory that is zero before the first launch (every launch leaves it at zero) and
+// used by one stream at a time.
+cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,
+                   void* workspace, cudaStream_t stream);
 
 }  // namespace gn_mish

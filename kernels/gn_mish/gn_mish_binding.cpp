@@ -6,7 +6,9 @@
 #include <torch/extension.h>
 
 #include <map>
+#include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gn_mish.cuh"
@@ -43,12 +45,36 @@ gn_mish::Limits limits_of(const std::vector<int64_t>& knobs) {
   gn_mish::Limits lim;
   int* fields[] = {&lim.max_threads, &lim.max_cluster, &lim.t0_threads,     &lim.t0_groups_per_cta,
                    &lim.t1_threads,  &lim.t1_items,     &lim.t1_ctas_per_sm, &lim.t1_persistent,
-                   &lim.t1_stash};
+                   &lim.t1_stash,    &lim.t2,           &lim.t2_ctas};
   constexpr size_t kFields = sizeof(fields) / sizeof(fields[0]);
   TORCH_CHECK(knobs.empty() || knobs.size() == kFields, "gn_mish: expected ", kFields, " knobs, got ", knobs.size());
   for (size_t i = 0; i < knobs.size(); ++i) *fields[i] = static_cast<int>(knobs[i]);
   TORCH_CHECK(gn_mish::check_limits(lim) == cudaSuccess, "gn_mish: knobs out of range");
   return lim;
+}
+
+gn_mish::Plan plan_of(const gn_mish::Problem& p, const torch::Tensor& x, const void* y, const gn_mish::Limits& lim) {
+  gn_mish::Plan pl;
+  const cudaError_t err = gn_mish::make_plan(p, x.data_ptr(), y, lim, &pl);
+  TORCH_CHECK(err == cudaSuccess, "gn_mish: planning failed: ", cudaGetErrorString(err));
+  return pl;
+}
+
+// Tier 2's counters and partials. Outside a stream capture: one buffer per (device, stream), zeroed when made and
+// left at zero by every launch (grown by replacing it; the old one is freed in stream order). While the stream is
+// captured: a fresh zeroed buffer per call, so the graph owns it and its memset is a node before the kernel (a
+// cached buffer would be shared between replays and eager calls on another stream).
+torch::Tensor workspace(const torch::Tensor& x, int64_t bytes, cudaStream_t stream) {
+  const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(x.device());
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "gn_mish: cudaStreamIsCapturing failed");
+  if (capture != cudaStreamCaptureStatusNone) return torch::zeros({bytes}, opts);
+  static std::mutex mu;
+  static auto* cache = new std::map<std::pair<int, cudaStream_t>, torch::Tensor>();  // never destroyed: it may
+  const std::lock_guard<std::mutex> lock(mu);                                         // outlive the CUDA context
+  torch::Tensor& buf = (*cache)[{x.get_device(), stream}];
+  if (!buf.defined() || buf.numel() < bytes) buf = torch::zeros({std::max<int64_t>(bytes, 64 * 1024)}, opts);
+  return buf;
 }
 
 torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gamma, const torch::Tensor& beta, int64_t groups,
@@ -61,8 +87,12 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gamma, const 
   }
   const c10::cuda::CUDAGuard guard(x.device());
   torch::Tensor y = torch::empty_like(x);  // x is contiguous, so y is
-  const cudaError_t err = gn_mish::launch(p, x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(),
-                                          limits_of(knobs), c10::cuda::getCurrentCUDAStream());
+  const gn_mish::Plan pl = plan_of(p, x, y.data_ptr(), limits_of(knobs));
+  const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
+  torch::Tensor ws;
+  if (pl.workspace_bytes > 0) ws = workspace(x, pl.workspace_bytes, stream);
+  const cudaError_t err = gn_mish::launch(p, pl, x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(),
+                                          ws.defined() ? ws.data_ptr() : nullptr, stream);
   TORCH_CHECK(err == cudaSuccess, "gn_mish: launch failed: ", cudaGetErrorString(err));
   return y;
 }
@@ -72,11 +102,9 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gamma, const 
 std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, const std::vector<int64_t>& knobs) {
   const gn_mish::Problem p = problem_of(x, groups, 1e-5);
   const c10::cuda::CUDAGuard guard(x.device());
-  gn_mish::Plan pl;
-  cudaError_t err = gn_mish::make_plan(p, x.data_ptr(), x.data_ptr(), limits_of(knobs), &pl);
-  TORCH_CHECK(err == cudaSuccess, "gn_mish: planning failed: ", cudaGetErrorString(err));
+  const gn_mish::Plan pl = plan_of(p, x, x.data_ptr(), limits_of(knobs));
   int resident = 0;
-  err = gn_mish::resident_ctas(p, pl, &resident);
+  const cudaError_t err = gn_mish::resident_ctas(p, pl, &resident);
   TORCH_CHECK(err == cudaSuccess, "gn_mish: occupancy query failed: ", cudaGetErrorString(err));
   return {{"tier", pl.tier},
           {"vec", pl.vec},
@@ -92,6 +120,7 @@ std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, cons
           {"stage", pl.stage},
           {"smem_bytes", pl.smem_bytes},
           {"stash", pl.stash},
+          {"workspace_bytes", pl.workspace_bytes},
           {"resident_ctas", resident}};
 }
 

@@ -25,6 +25,7 @@ constexpr int kTier0CtaThreads = 128;     // tier 0: CTAs of 128 threads (one gr
 constexpr int kFewCtaMaxCluster = 8;      // tier 1, few groups: clusters of <= 8 CTAs (16 x 512/1024 measured slow)
 constexpr int kManyCtaThreads = 256;      // tier 1, many groups: 256-thread CTAs in clusters of <= 8 ...
 constexpr int kManyStreamThreads = 512;   // ... else streaming through clusters of <= 8 CTAs of 512 threads
+constexpr int kGridMaxCtas = 32;          // tier 2: CTAs per group (one warp merges their partials)
 
 // Tier 0 CTA size cap for a number of vectors per thread: 4 and 8 need more than the 64 registers that a
 // 1024-thread CTA leaves per thread.
@@ -89,7 +90,8 @@ inline bool limits_ok(const Limits& l) {
          (l.t0_threads == 0 || l.t0_threads * l.t0_groups_per_cta <= kMaxThreads) &&
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
-         (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1;
+         (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1 && l.t2 >= -1 && l.t2 <= 1 &&
+         l.t2_ctas >= 0 && l.t2_ctas <= kGridMaxCtas;
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -144,14 +146,24 @@ inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15
 // (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
 // b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),
 // the 512-thread many-group plans (16 MB) or b8_c2048_l4096 (251 -> 222 MB: 194 -> 203 us).
+// CTAs of `threads` threads per SM that registers and threads allow (or t1_ctas_per_sm).
+inline int ctas_per_sm(const Limits& lim, int threads) {
+  return lim.t1_ctas_per_sm > 0 ? lim.t1_ctas_per_sm
+                                : std::max(1, std::min(kRegsPerSm / (threads * kTier1Regs), kThreadsPerSm / threads));
+}
+
+// Stash slots (16-byte vectors per thread) that fit after `stage` staged channels at ctas CTAs per SM.
+inline int stash_capacity(const DeviceInfo& dev, int threads, int ctas, int stage) {
+  if (dev.smem_per_sm == 0) return 0;
+  const int budget = std::min(dev.smem_per_sm / ctas - dev.smem_reserved, dev.smem_optin) - kStaticSmemBound -
+                     stash_offset(stage);
+  return std::max(0, budget / (threads * 16));
+}
+
 inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
   if (lim.t1_stash < 0 || pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
-  const int ctas = lim.t1_ctas_per_sm > 0
-                       ? lim.t1_ctas_per_sm
-                       : std::max(1, std::min(kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
-  const int budget = std::min(dev.smem_per_sm / ctas - dev.smem_reserved, dev.smem_optin) - kStaticSmemBound -
-                     stash_offset(pl.stage);
-  int slots = std::min(std::max(0, budget / (pl.threads * 16)), (pl.chunks - 1) * pl.items);
+  const int ctas = ctas_per_sm(lim, pl.threads);
+  int slots = std::min(stash_capacity(dev, pl.threads, ctas, pl.stage), (pl.chunks - 1) * pl.items);
   if (lim.t1_stash > 0) return std::min(slots, lim.t1_stash);
   const int64_t in_flight = std::min<int64_t>(pl.grid, int64_t(ctas) * dev.sms) * pl.threads * 16;  // per slot
   const int64_t reread = in_flight * (pl.chunks - 1) * pl.items, half_l2 = dev.l2_bytes / 2;
@@ -292,16 +304,75 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
                                                     : out->stage * 2 * int(sizeof(float)));
 }
 
-template <typename Fits16, typename Clusters>
+// Tier 2 (gn_mish_grid.cuh): S CTAs of T threads per group, not a hardware cluster: their partial statistics meet
+// in global memory, the grid is resident (cooperative launch) and its grid / S slots loop over the groups. Each
+// CTA holds its slice in registers (items per thread per chunk) and, beyond one chunk, in a stash of as many
+// slots as fit at the CTAs per SM that registers allow (capped by t1_stash; -1: none), re-reading the rest.
+// spread = SMs / groups (<= 32): few groups still use every SM. T = t1_threads, else the smallest of 256/512/1024
+// whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread), else 1024
+// with the stash and S = the fewest CTAs that hold the group (at least spread). S = t2_ctas when given.
+// ctas_resident(threads, smem): CTAs of the grid kernel per SM (occupancy). Returns false (plan unchanged) when
+// t2 = -1, the group needs more than 32 CTAs, or S CTAs cannot be resident at once.
+template <typename CtasResident>
+bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv, int64_t groups,
+               int thread_cap, CtasResident&& ctas_resident, Plan* out) {
+  if (lim.t2 < 0) return false;
+  const int full = tier1_items_full(vec);
+  const int items = lim.t1_items > 0 && lim.t1_items < full ? tier1_items_half(vec) : full;
+  const int spread = int(std::max<int64_t>(1, std::min<int64_t>(kGridMaxCtas, dev.sms / groups)));
+  int threads = lim.t1_threads > 0 ? std::min(lim.t1_threads, thread_cap) : 0;
+  int64_t ctas = lim.t2_ctas;
+  if (threads == 0) {
+    for (int t : {256, 512, 1024}) {
+      t = std::min(t, thread_cap);
+      if (ceil_div(nv, int64_t(t) * items) <= spread) {
+        threads = t;
+        if (ctas == 0) ctas = std::max<int64_t>(1, std::min<int64_t>(spread, ceil_div(nv, 2 * int64_t(t))));
+        break;
+      }
+    }
+    if (threads == 0) threads = std::min(kMaxThreads, thread_cap);
+  }
+  const int stage_bound = int(std::min<int64_t>(kStageMaxChannels, p.channels / p.groups));
+  const int slots_max = lim.t1_stash < 0 || vec == 1 ? 0 : stash_capacity(dev, threads, ctas_per_sm(lim, threads),
+                                                                          stage_bound);
+  const int per_thread = items + (lim.t1_stash > 0 ? std::min(slots_max, lim.t1_stash) : slots_max);
+  if (ctas == 0) ctas = std::max<int64_t>(spread, ceil_div(nv, int64_t(threads) * per_thread));
+  if (ctas > kGridMaxCtas || groups * ctas >= (int64_t(1) << 31)) return false;  // 32-bit partial index
+  Plan pl = *out;
+  pl.tier = 2;
+  pl.threads = threads;
+  pl.items = items;
+  pl.cluster = int(ctas);
+  pl.slice_vecs = ceil_div(nv, ctas);
+  pl.chunks = int(ceil_div(pl.slice_vecs, int64_t(threads) * items));
+  const int64_t span = slice_channels(p, pl.slice_vecs, vec);
+  pl.stage = span <= kStageMaxChannels ? int(span) : 0;
+  const int cap = lim.t1_stash > 0 ? std::min(slots_max, lim.t1_stash) : slots_max;
+  pl.stash = std::min(cap, (pl.chunks - 1) * items);
+  pl.smem_bytes = tier1_smem(lim, dev, pl.stash ? stash_offset(pl.stage) + pl.stash * threads * 16
+                                                  : pl.stage * 2 * int(sizeof(float)));
+  const int64_t resident = int64_t(ctas_resident(threads, pl.smem_bytes)) * dev.sms;
+  if (resident < ctas) return false;
+  const int64_t slots = std::min(groups, resident / ctas);
+  pl.grid = slots * ctas;
+  pl.persistent = slots < groups;
+  pl.workspace_bytes = ceil_div(groups * 2 * 4, 16) * 16 + groups * ctas * 16;  // counters, then partials
+  *out = pl;
+  return true;
+}
+
+template <typename Fits16, typename Clusters, typename GridResident>
 Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, Fits16&& fits16,
-                 Clusters&& clusters) {
+                 Clusters&& clusters, GridResident&& grid_resident) {
   const int64_t nv = p.channels / p.groups * p.length / vec;
   const int64_t groups = p.batch * p.groups;
   Plan out;
   out.vec = vec;
+  const int thread_cap = std::max(kWarp, std::min(kMaxThreads, lim.max_threads / kWarp * kWarp));
   if (nv <= kTier0MaxVecs) {
     plan_tier0(lim, dev, nv, groups, &out);
-  } else {
+  } else if (!(lim.t2 > 0 && plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out))) {
     plan_tier1(p, lim, dev, vec, nv, groups, fits16, clusters, &out);
   }
   return out;

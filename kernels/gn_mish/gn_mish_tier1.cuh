@@ -165,6 +165,96 @@ __device__ __forceinline__ Stats cluster_collect(Stats cta, int cluster, Stats* 
 #endif
 }
 
+// A CTA's slice of its group: vectors [v_begin, v_end) in `chunks` register chunks of stride * ITEMS vectors
+// (thread t: vectors first + j * stride of chunk ci, first = v_begin + ci * stride * ITEMS + t); with a stash,
+// slot ci * ITEMS + j < stash of every chunk but the last is also kept in shared memory, each thread's own slots
+// at stash[slot * stride] (16-byte rows, conflict-free; a thread reads back only what it wrote: no barrier).
+struct SliceView {
+  int v_begin, v_end, stride, chunks, stash;
+};
+
+// Where a vector's gamma/beta come from: the `stage` channels from c_low staged in shared memory as fp32
+// (gamma, then beta), or read through L1 when stage = 0.
+template <typename T>
+struct Affine {
+  FastDiv L;
+  int stage, c_low;
+  const float* staged;
+  const T* gamma_g;
+  const T* beta_g;
+};
+
+// Pass 1: load the slice chunk by chunk, merging the thread's statistics; the last chunk stays in raw.
+// stage_affine() runs while the first chunk is in flight; evict_last: load the last chunk with evict_first.
+template <typename T, int VEC, int ITEMS, bool kStash, typename StageAffine>
+__device__ __forceinline__ Stats load_slice(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
+                                            const SliceView& s, Pack<T, VEC>* stash, bool evict_last,
+                                            StageAffine&& stage_affine) {
+  Stats acc = {0.f, 0.f, 0.f};
+  const int chunk = s.stride * ITEMS;
+  for (int ci = 0; ci < s.chunks; ++ci) {
+    const int first = s.v_begin + ci * chunk + int(threadIdx.x);
+    load_chunk(raw, src, first, s.stride, s.v_end, evict_last && ci == s.chunks - 1);
+    if (ci == 0) stage_affine();
+    acc = merge(acc, thread_stats(raw, first, s.stride, s.v_end));
+    if (kStash && ci < s.chunks - 1) {
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {
+        if (ci * ITEMS + j < s.stash && first + j * s.stride < s.v_end) stash[(ci * ITEMS + j) * s.stride] = raw[j];
+      }
+    }
+  }
+  return acc;
+}
+
+// Pass 2: normalise, affine, mish and store the slice, newest chunk first: the last is still in raw, stashed
+// slots come from shared memory, the rest is re-read (mostly from L2). evict: store y with evict_first.
+template <typename T, int VEC, int ITEMS, bool kStash>
+__device__ __forceinline__ void normalize_slice(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
+                                                Pack<T, VEC>* __restrict__ dst, const SliceView& s,
+                                                const Pack<T, VEC>* stash, const Affine<T>& af, float mean,
+                                                float rstd, bool evict) {
+  using P = Pack<T, VEC>;
+  const int chunk = s.stride * ITEMS;
+  const int L = int(af.L.d);
+  for (int ci = s.chunks - 1; ci >= 0; --ci) {
+    const int first = s.v_begin + ci * chunk + int(threadIdx.x);
+    if (kStash && ci != s.chunks - 1) {
+#pragma unroll
+      for (int j = 0; j < ITEMS; ++j) {
+        const int v = first + j * s.stride;
+        if (v < s.v_end) raw[j] = ci * ITEMS + j < s.stash ? stash[(ci * ITEMS + j) * s.stride] : src[v];
+      }
+    } else if (ci != s.chunks - 1) {
+      load_chunk(raw, src, first, s.stride, s.v_end);
+    }
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int v = first + j * s.stride;
+      if (v < s.v_end) {
+        const int c = int(af.L.div(uint32_t(v * VEC)));
+        const float g0 = af.stage ? af.staged[c - af.c_low] : to_float(__ldg(af.gamma_g + c));
+        const float b0 = af.stage ? af.staged[af.stage + c - af.c_low] : to_float(__ldg(af.beta_g + c));
+        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
+        if (evict) {
+          store_evict_first(dst + v, out);
+        } else {
+          dst[v] = out;
+        }
+      }
+    }
+  }
+}
+
+// Stage gamma/beta of channels c_low .. c_low + stage - 1 (those of the group) as fp32 in shared memory.
+template <typename T>
+__device__ __forceinline__ void stage_affine(const Affine<T>& af, int cg, float* staged) {
+  for (int i = threadIdx.x; i < af.stage && af.c_low + i < cg; i += blockDim.x) {
+    staged[i] = to_float(__ldg(af.gamma_g + af.c_low + i));
+    staged[af.stage + i] = to_float(__ldg(af.beta_g + af.c_low + i));
+  }
+}
+
 // kStash: a separate instantiation for plans with a stash; without it the kernel is the code before the stash
 // existed (an H200 measured the fp32 one-chunk kernel 40 % slower with the stash paths compiled in but unused,
 // b64_c512_l1024 117 vs 83 us, at the same occupancy and an equivalent load sequence).
@@ -181,74 +271,27 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int rank = int(blockIdx.x) & (cluster - 1);  // == cluster block rank for (K, 1, 1) clusters
   const int v_begin = min(a.nv, rank * a.slice_vecs);
   const int v_end = min(a.nv, v_begin + a.slice_vecs);
-  const int stride = blockDim.x;
-  const int chunk = stride * ITEMS;
-  const int chunks = (v_end - v_begin + chunk - 1) / chunk;
+  const int chunk = int(blockDim.x) * ITEMS;
+  const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, a.stash};
   const P* src = reinterpret_cast<const P*>(x + int64_t(group) * a.n);
   P* dst = reinterpret_cast<P*>(y + int64_t(group) * a.n);
   const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
-  const T* gamma_g = gamma + c_first;
-  const T* beta_g = beta + c_first;
-  const int L = int(a.L.d);
-  const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
-  // stash[slot * blockDim + thread]: each thread reads back only what it wrote (16-byte rows, conflict-free)
+  const Affine<T> af = {a.L, a.stage, int(a.L.div(uint32_t(v_begin * VEC))), staged, gamma + c_first,
+                        beta + c_first};
   P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
 
   P raw[ITEMS];
-  Stats acc = {0.f, 0.f, 0.f};
   // Streaming (chunks > 1): the chunks re-read after the reduction should still be in L2, so the chunk kept in
   // registers and y go through L2 with evict_first; y of a one-chunk CTA keeps the default policy (the next layer
   // reads it). fp32 only: an H200 A/B/A run measured fp32 streaming shapes 2-8 % faster with the hints, while the
   // 16-bit kernels (64 elements per thread, at the 64-register cap) ran 8-10 % slower even where no hint applies.
-  const bool streaming = sizeof(T) == 4 && chunks > 1;
-  for (int ci = 0; ci < chunks; ++ci) {
-    const int first = v_begin + ci * chunk + int(threadIdx.x);
-    load_chunk(raw, src, first, stride, v_end, streaming && ci == chunks - 1);
-    if (ci == 0) {  // while the first chunk is in flight
-      for (int i = threadIdx.x; i < a.stage && c_low + i < a.cg; i += stride) {
-        staged[i] = to_float(__ldg(gamma_g + c_low + i));
-        staged[a.stage + i] = to_float(__ldg(beta_g + c_low + i));
-      }
-    }
-    acc = merge(acc, thread_stats(raw, first, stride, v_end));
-    if (kStash && ci < chunks - 1) {
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j) {
-        if (ci * ITEMS + j < a.stash && first + j * stride < v_end) stash[(ci * ITEMS + j) * stride] = raw[j];
-      }
-    }
-  }
+  const bool streaming = sizeof(T) == 4 && s.chunks > 1;
+  const Stats acc = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, streaming,
+                                                      [&] { stage_affine(af, a.cg, staged); });
   const Stats total = cluster_collect(cta_reduce_publish(acc, cluster, false, warp_part, &cta_part), cluster,
                                      &cta_part);
-  const float mean = total.mean;
-  const float rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
-  for (int ci = chunks - 1; ci >= 0; --ci) {  // the last chunk is still in registers; re-read newest first
-    const int first = v_begin + ci * chunk + int(threadIdx.x);
-    if (kStash && ci != chunks - 1) {
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j) {
-        const int v = first + j * stride;
-        if (v < v_end) raw[j] = ci * ITEMS + j < a.stash ? stash[(ci * ITEMS + j) * stride] : src[v];
-      }
-    } else if (ci != chunks - 1) {
-      load_chunk(raw, src, first, stride, v_end);
-    }
-#pragma unroll
-    for (int j = 0; j < ITEMS; ++j) {
-      const int v = first + j * stride;
-      if (v < v_end) {
-        const int c = int(a.L.div(uint32_t(v * VEC)));
-        const float g0 = a.stage ? staged[c - c_low] : to_float(__ldg(gamma_g + c));
-        const float b0 = a.stage ? staged[a.stage + c - c_low] : to_float(__ldg(beta_g + c));
-        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, gamma_g, beta_g, mean, rstd);
-        if (streaming) {
-          store_evict_first(dst + v, out);
-        } else {
-          dst[v] = out;
-        }
-      }
-    }
-  }
+  normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
+                                         fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming);
   if (cluster > 1) cluster_wait();  // peers have finished reading this CTA's partial
 }
 

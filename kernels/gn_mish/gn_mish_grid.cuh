@@ -1,0 +1,99 @@
+// Tier 2 of the fused GroupNorm+Mish kernel (included by gn_mish.cu): a group spread over S CTAs (S <= 32, no
+// thread-block cluster) that combine their partial statistics through global memory. Two things tier 1 cannot do:
+// a group may use more SMs than a portable cluster (B = 1: 8 groups x 16 CTAs on 128 SMs, where 8-CTA clusters
+// leave half the SMs idle and 16-CTA clusters do not all fit in the GPCs at once), and a CTA's slice may live on
+// chip in registers plus a shared-memory stash of up to 14 x 16 KB per 1024-thread CTA, so x is read from DRAM
+// once where tier 1 re-reads it (B = 8, C = 2048, L = 4096: 4 MB groups, 13 CTAs each).
+//
+// The grid is resident (cooperative launch): grid / S slots, slot i handling groups i, i + slots, ... Per group,
+// every CTA loads its slice (tier 1's load_slice: chunks of blockDim x ITEMS vectors, all but the last stashed,
+// slots beyond the stash re-read later), merges (count, mean, M2) warp -> CTA; thread 0 stores the CTA's partial in
+// partials[group][rank], arrives on the group's counter (release) and spins until S have arrived (acquire), then
+// counts itself out on the departure counter: the last CTA out resets both, so every launch, of any S, finds them
+// at zero. Every warp merges the S partials in rank order (identical bits in every CTA); then normalise and store
+// (tier 1's normalize_slice: registers, stash, re-reads). Shape-independent workspace: 2 counters per group and
+// S partials per group (16 B each), from the host.
+#pragma once
+
+#include "gn_mish_tier1.cuh"
+
+namespace gn_mish::detail {
+
+struct GridArgs {
+  int num_groups;        // B * G
+  FastDiv G;             // groups per sample
+  int cg;                // channels per group
+  FastDiv L;             // channel length
+  int n, nv;             // elements and vectors per group
+  int slice_vecs;        // vectors per CTA
+  int ctas;              // S: CTAs per group (<= 32)
+  int slots;             // grid / S: groups in flight
+  int stage;             // channels staged in shared memory per CTA (0: gamma/beta read through L1)
+  float inv_n, eps;
+  int stash;             // vectors per thread kept in shared memory
+  float4* partials;      // [num_groups][ctas]: (count, mean, M2, 0) of each CTA's slice
+  unsigned* counters;    // [num_groups][2]: arrivals, departures; zero between launches
+};
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// One thread per CTA: publish the CTA's partial, wait until all S CTAs of the group have, then count out.
+__device__ __forceinline__ void group_barrier(const GridArgs& a, int group, int rank, const Stats& cta) {
+  unsigned* arrived = a.counters + 2 * group;
+  a.partials[group * a.ctas + rank] = make_float4(cta.n, cta.mean, cta.m2, 0.f);
+  __threadfence();  // the partial before the arrival
+  atomicAdd(arrived, 1u);
+  while (load_acquire(arrived) < unsigned(a.ctas)) {
+  }
+  // Every CTA has passed the spin once the departures reach S: only then may the counters go back to zero.
+  if (atomicAdd(arrived + 1, 1u) == unsigned(a.ctas) - 1) {
+    atomicExch(arrived, 0u);
+    atomicExch(arrived + 1, 0u);
+  }
+}
+
+template <typename T, int VEC, int ITEMS>
+__global__ void __launch_bounds__(kMaxThreads, 1)
+    gn_mish_grid_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
+                        T* __restrict__ y, GridArgs a) {
+  using P = Pack<T, VEC>;
+  extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the stash
+  __shared__ Stats warp_part[kMaxThreads / kWarp];
+  const int slot = int(blockIdx.x) / a.ctas;
+  const int rank = int(blockIdx.x) - slot * a.ctas;
+  const int lane = threadIdx.x & (kWarp - 1);
+  const int v_begin = min(a.nv, rank * a.slice_vecs);
+  const int v_end = min(a.nv, v_begin + a.slice_vecs);
+  const int chunk = int(blockDim.x) * ITEMS;
+  const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, a.stash};
+  const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
+  P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
+
+  for (int group = slot; group < a.num_groups; group += a.slots) {  // uniform over the CTA
+    const P* src = reinterpret_cast<const P*>(x + int64_t(group) * a.n);
+    P* dst = reinterpret_cast<P*>(y + int64_t(group) * a.n);
+    const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
+    const Affine<T> af = {a.L, a.stage, c_low, staged, gamma + c_first, beta + c_first};
+    P raw[ITEMS];
+    const Stats mine = load_slice<T, VEC, ITEMS, true>(raw, src, s, stash, false,
+                                                       [&] { stage_affine(af, a.cg, staged); });
+    const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
+    if (threadIdx.x == 0) group_barrier(a, group, rank, cta);
+    __syncthreads();  // thread 0 has acquired the S partials for the CTA
+    Stats part = {0.f, 0.f, 0.f};
+    if (lane < a.ctas) {
+      const float4 q = __ldcg(a.partials + group * a.ctas + lane);
+      part = {q.x, q.y, q.z};
+    }
+    const Stats total = warp_allreduce(part);
+    normalize_slice<T, VEC, ITEMS, true>(raw, src, dst, s, stash, af, total.mean,
+                                         fast_rsqrt(total.m2 * a.inv_n + a.eps), false);
+    if (group + a.slots < a.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
+  }
+}
+
+}  // namespace gn_mish::detail
