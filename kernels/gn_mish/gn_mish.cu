@@ -210,7 +210,7 @@ struct PlanOp {
 template <typename T, int VEC>
 struct LaunchOp {
   static cudaError_t run(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta,
-                         void* y, void* workspace, cudaStream_t stream) {
+                         void* y, const Workspace& ws, cudaStream_t stream) {
     const int cgc = int(p.channels / p.groups);
     const int n = cgc * int(p.length);
     const int groups = int(p.batch * p.groups);
@@ -224,11 +224,13 @@ struct LaunchOp {
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
     if (plan.tier == 2) {
-      if (workspace == nullptr || reinterpret_cast<uintptr_t>(workspace) % 16 != 0) return cudaErrorInvalidValue;
+      if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
+        return cudaErrorInvalidValue;
+      }
       const void* kernel = grid_kernel<T, VEC>(plan.items);
       prepare_tier1(kernel);
-      auto* counters = static_cast<unsigned*>(workspace);
-      auto* partials = reinterpret_cast<float4*>(static_cast<char*>(workspace) + (groups * 8 + 15) / 16 * 16);
+      auto* counters = static_cast<unsigned*>(ws.counters);
+      auto* partials = static_cast<float4*>(ws.partials);
       GridArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
                     int(plan.slice_vecs), plan.cluster, int(plan.grid / plan.cluster), plan.stage, float(1.0 / n),
                     p.eps, plan.stash, partials, counters};
@@ -303,10 +305,10 @@ cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas) {
 }
 
 cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,
-                   void* workspace, cudaStream_t stream) {
+                   const Workspace& ws, cudaStream_t stream) {
   const cudaError_t err = check(p);
   if (err != cudaSuccess) return err;
-  return dispatch<LaunchOp>(p.dtype, plan.vec > 1, p, plan, x, gamma, beta, y, workspace, stream);
+  return dispatch<LaunchOp>(p.dtype, plan.vec > 1, p, plan, x, gamma, beta, y, ws, stream);
 }
 
 }  // namespace gn_mish

@@ -59,7 +59,16 @@ struct Plan {
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
   int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging + stash, or padding for t1_ctas_per_sm)
   int stash = 0;           // tiers 1, 2: vectors per thread (the oldest chunks' first) kept in shared memory
-  int64_t workspace_bytes = 0;  // tier 2: counters and partials in global memory, zero-initialised by the caller
+  int64_t counter_bytes = 0;  // tier 2: the groups' arrival/departure counters (Workspace::counters)
+  int64_t partial_bytes = 0;  // tier 2: the CTAs' partial statistics (Workspace::partials)
+};
+
+// Tier 2's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at
+// zero), only ever used for counters (a buffer that held anything else is not zero where a later plan counts) and
+// by one stream at a time; partials: plan.partial_bytes, 16-byte aligned, no initial value needed.
+struct Workspace {
+  void* counters = nullptr;
+  void* partials = nullptr;
 };
 
 // Largest group (C/G * L elements) the kernels index with 32-bit integers.
@@ -74,10 +83,8 @@ cudaError_t make_plan(const Problem& p, const void* x, const void* y, const Limi
 // CTAs of `plan` that can be resident at once on the current device (occupancy query; for notes and tuning).
 cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas);
 
-// Launch `plan` (from make_plan) on `stream`; returns the launch error (cudaSuccess when queued). Tier 2 needs
-// plan.workspace_bytes of global memory that is zero before the first launch (every launch leaves it at zero) and
-// used by one stream at a time.
+// Launch `plan` (from make_plan) on `stream`; returns the launch error (cudaSuccess when queued). `ws`: tier 2 only.
 cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,
-                   void* workspace, cudaStream_t stream);
+                   const Workspace& ws, cudaStream_t stream);
 
 }  // namespace gn_mish

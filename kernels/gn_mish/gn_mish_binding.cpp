@@ -8,7 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "gn_mish.cuh"
@@ -60,20 +60,22 @@ gn_mish::Plan plan_of(const gn_mish::Problem& p, const torch::Tensor& x, const v
   return pl;
 }
 
-// Tier 2's counters and partials. Outside a stream capture: one buffer per (device, stream), zeroed when made and
-// left at zero by every launch (grown by replacing it; the old one is freed in stream order). While the stream is
-// captured: a fresh zeroed buffer per call, so the graph owns it and its memset is a node before the kernel (a
-// cached buffer would be shared between replays and eager calls on another stream).
-torch::Tensor workspace(const torch::Tensor& x, int64_t bytes, cudaStream_t stream) {
+// Tier 2's buffers. Outside a stream capture: one per (device, stream, kind), grown by replacing it (the old one
+// is freed in stream order); the counters are zeroed when made, every launch leaves them at zero, and they never hold
+// anything else. While the stream is captured: fresh ones per call, so the graph owns them (the counters' memset is
+// a node before the kernel; a cached buffer would be shared between replays and eager calls on another stream).
+torch::Tensor scratch(const torch::Tensor& x, int64_t bytes, bool counters, cudaStream_t stream) {
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(x.device());
+  auto make = [&](int64_t n) { return counters ? torch::zeros({n}, opts) : torch::empty({n}, opts); };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "gn_mish: cudaStreamIsCapturing failed");
-  if (capture != cudaStreamCaptureStatusNone) return torch::zeros({bytes}, opts);
+  if (capture != cudaStreamCaptureStatusNone) return make(bytes);
   static std::mutex mu;
-  static auto* cache = new std::map<std::pair<int, cudaStream_t>, torch::Tensor>();  // never destroyed: it may
-  const std::lock_guard<std::mutex> lock(mu);                                         // outlive the CUDA context
-  torch::Tensor& buf = (*cache)[{x.get_device(), stream}];
-  if (!buf.defined() || buf.numel() < bytes) buf = torch::zeros({std::max<int64_t>(bytes, 64 * 1024)}, opts);
+  using Key = std::tuple<int, cudaStream_t, bool>;
+  static auto* cache = new std::map<Key, torch::Tensor>();  // never destroyed: it may outlive the CUDA context
+  const std::lock_guard<std::mutex> lock(mu);
+  torch::Tensor& buf = (*cache)[Key{x.get_device(), stream, counters}];
+  if (!buf.defined() || buf.numel() < bytes) buf = make(std::max<int64_t>(bytes, 16 * 1024));
   return buf;
 }
 
@@ -89,10 +91,15 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gamma, const 
   torch::Tensor y = torch::empty_like(x);  // x is contiguous, so y is
   const gn_mish::Plan pl = plan_of(p, x, y.data_ptr(), limits_of(knobs));
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
-  torch::Tensor ws;
-  if (pl.workspace_bytes > 0) ws = workspace(x, pl.workspace_bytes, stream);
-  const cudaError_t err = gn_mish::launch(p, pl, x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(),
-                                          ws.defined() ? ws.data_ptr() : nullptr, stream);
+  torch::Tensor counters, partials;  // held until the launch is queued
+  gn_mish::Workspace ws;
+  if (pl.tier == 2) {
+    counters = scratch(x, pl.counter_bytes, true, stream);
+    partials = scratch(x, pl.partial_bytes, false, stream);
+    ws = {counters.data_ptr(), partials.data_ptr()};
+  }
+  const cudaError_t err = gn_mish::launch(p, pl, x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(), ws,
+                                          stream);
   TORCH_CHECK(err == cudaSuccess, "gn_mish: launch failed: ", cudaGetErrorString(err));
   return y;
 }
@@ -120,7 +127,8 @@ std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, cons
           {"stage", pl.stage},
           {"smem_bytes", pl.smem_bytes},
           {"stash", pl.stash},
-          {"workspace_bytes", pl.workspace_bytes},
+          {"counter_bytes", pl.counter_bytes},
+          {"partial_bytes", pl.partial_bytes},
           {"resident_ctas", resident}};
 }
 

@@ -357,7 +357,8 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
   const int64_t slots = std::min(groups, resident / ctas);
   pl.grid = slots * ctas;
   pl.persistent = slots < groups;
-  pl.workspace_bytes = ceil_div(groups * 2 * 4, 16) * 16 + groups * ctas * 16;  // counters, then partials
+  pl.counter_bytes = groups * 2 * int64_t(sizeof(uint32_t));
+  pl.partial_bytes = groups * ctas * 16;
   *out = pl;
   return true;
 }
