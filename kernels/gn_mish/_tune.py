@@ -105,7 +105,8 @@ WIDE_CONFIGS: dict[str, dict[str, int]] = {
 GRID_CONFIGS: dict[str, dict[str, int]] = {
     "default": {}, "t2": {"t2": 1}, "t2,t1=1024": {"t2": 1, "t1_threads": 1024},
     "t2,t1=512": {"t2": 1, "t1_threads": 512}, "t2,t1=256": {"t2": 1, "t1_threads": 256},
-    "t2,s=8": {"t2": 1, "t2_ctas": 8}, "t2,s=16": {"t2": 1, "t2_ctas": 16}, "t2,s=32": {"t2": 1, "t2_ctas": 32},
+    "t2,s=2": {"t2": 1, "t2_ctas": 2}, "t2,s=4": {"t2": 1, "t2_ctas": 4}, "t2,s=8": {"t2": 1, "t2_ctas": 8},
+    "t2,s=16": {"t2": 1, "t2_ctas": 16}, "t2,s=32": {"t2": 1, "t2_ctas": 32},
     "t2,t1=1024,s=16": {"t2": 1, "t1_threads": 1024, "t2_ctas": 16},
     "t2,nostash": {"t2": 1, "t1_stash": -1}, "t2,16el": {"t2": 1, "t1_items": 4}}
 
