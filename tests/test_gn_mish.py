@@ -373,7 +373,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   } else {
     const int k = pl.cluster, chunk = pl.threads * pl.items, cg = int(p.channels / p.groups);
     const bool t2 = pl.tier == 2;
-    EXPECT(pl.tier == 1 || (t2 && lim.t2 > 0 && !few), "%s: tier %d", what, pl.tier);
+    EXPECT(pl.tier == 1 || (t2 && lim.t2 >= 0 && !few), "%s: tier %d", what, pl.tier);
     if (t2) {  // S CTAs per group, the grid resident, grid / S slots; 2 counters per group, S partials per group
       const int ctas_sm = grid_ctas_per_sm(dev, pl.threads, pl.smem_bytes, false);
       EXPECT(k >= 1 && k <= kGridMaxCtas && (!lim.t2_ctas || k == lim.t2_ctas) && pl.grid % k == 0 &&
@@ -495,7 +495,7 @@ def _plan_knobs(tune) -> list[list[int]]:
     tuning = _fused_module().Tuning
     configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS, tune.GRID_CONFIGS)
     sets = [tuning(), *(tuning(**k) for c in configs for k in c.values())]
-    sets += [tuning(max_threads=t, max_cluster=c) for _, _, t, c, *_ in FUSED_PATHS]
+    sets += [tuning(max_threads=t, max_cluster=c, t2=t2) for _, _, t, c, t2, *_ in FUSED_PATHS]
     sets += [tuning(t0_threads=t, t0_groups_per_cta=g) for t in (32, 64, 128, 256, 512, 1024) for g in (0, 1, 3, 4)
              if t * g <= 1024]
     sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_items=i, t1_ctas_per_sm=r)
@@ -572,12 +572,13 @@ H200_DEFAULTS = {
     "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048, 0)),
     "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096, 0)),
     "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024, 0)),
-    "b8_c2048_l4096_g8": ("default", 193.14, 193.14, "default", (1, 1024, 0, 1, 2, 8, 16, 128, 0)),
+    # tier 2 (_tune.py --only grid at 55c48d4, H200): 8 CTAs per group, 16 groups in flight, 4 rounds
+    "b8_c2048_l4096_g8": ("t2,s=8", 177.50, 177.50, "t2,s=8", (2, 1024, 0, 1, 8, 8, 4, 128, 14)),
     "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128, 0)),
     "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0)),
     "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0)),
     "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14)),  # stash
-    "b1_c2048_l1024_g8": ("k<=8", 14.53, 14.53, "k<=8", (1, 1024, 0, 1, 8, 8, 1, 64, 0)),
+    "b1_c2048_l1024_g8": ("t2", 12.11, 12.11, "t2", (2, 512, 0, 1, 16, 8, 1, 128, 0)),  # tier 2: 16 CTAs per group
 }
 
 
@@ -614,7 +615,7 @@ def test_default_plan_is_the_h200_tune_best(registry, plan_printer):
     tuning = _fused_module().Tuning
     tuned = [name for _, name, _ in TUNE.PUSHT_SHAPES + TUNE.LARGE_SHAPES + TUNE.B8_SHAPES]
     assert set(H200_DEFAULTS) <= set(tuned)
-    configs = {**TUNE.TIER0_CONFIGS, **TUNE.TIER1_CONFIGS}
+    configs = {**TUNE.TIER0_CONFIGS, **TUNE.TIER1_CONFIGS, **TUNE.GRID_CONFIGS}
     queries = []
     for name, (label, *_rest) in H200_DEFAULTS.items():
         queries += [(_shape(name), 4, tuning().as_list()), (_shape(name), 4, tuning(**configs[label]).as_list())]
@@ -641,10 +642,12 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8, 0),       # n = 1024 (256 vectors): a 256-thread CTA
         ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048, 0),   # bf16: 64 elements, fp32's 128 bytes per thread
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0),    # 64 groups: 2 x 1024 on 128 SMs
-        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0),      # few: 4 x 256 holds it; split to K = 8
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # 16 x 256 would pass K <= 8: 8 x 512
-        ((8, 2048, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 16, 128, 0),  # one CTA per SM: K = 2, 16 chunks each
-        ((1, 2048, 4096, 8), 4): (1, 1024, 0, 1, 8, 8, 4, 64, 0),    # K <= 8: streams 4 chunks
+        ((1, 256, 1024, 8), 4): (2, 256, 0, 1, 16, 8, 1, 128, 0),    # 8 groups <= SMs / 8: tier 2, 16 CTAs each
+        ((1, 1024, 1024, 8), 4): (2, 256, 0, 1, 16, 8, 1, 128, 0),   # 16 x 256 hold it in one register chunk
+        ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14),  # fp32, tier 1 would re-read 251 MB: tier 2,
+        # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
+        ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0),   # bf16: tier 1 (issue-bound store pass)
+        ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8),  # 16 x 1024, registers + 8 stash slots
         ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0),  # 128 groups: many, streaming 8 x 512
         ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
         # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)
@@ -659,13 +662,15 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
 
 # ---- fused CUDA kernel (GPU only) --------------------------------------------------------------------------
 
-FUSED_PATHS = [  # (case name, dtype, max_threads, max_cluster, expected tier, expect chunks > 1)
-    ("b1_c64_l16_g8", "float32", 1024, 16, 0, False),
-    ("b2_c24_l7_g8", "bfloat16", 1024, 16, 0, False),
-    ("b1_c8_l600_g1", "float32", 1024, 16, 1, False),
-    ("b1_c8_l600_g1", "float16", 1024, 1, 1, False),
-    ("b1_c8_l600_g1", "float32", 32, 2, 1, True),
-    ("b1_c8_l600_g1", "bfloat16", 64, 1, 1, True),
+FUSED_PATHS = [  # (case name, dtype, max_threads, max_cluster, t2, expected tier, expect chunks > 1)
+    ("b1_c64_l16_g8", "float32", 1024, 16, 0, 0, False),
+    ("b2_c24_l7_g8", "bfloat16", 1024, 16, 0, 0, False),
+    ("b1_c8_l600_g1", "float32", 1024, 16, 0, 2, False),  # one group: tier 2 by default
+    ("b1_c8_l600_g1", "float32", 1024, 16, -1, 1, False),
+    ("b1_c8_l600_g1", "float16", 1024, 1, -1, 1, False),
+    ("b1_c8_l600_g1", "float32", 32, 2, -1, 1, True),
+    ("b1_c8_l600_g1", "bfloat16", 64, 1, -1, 1, True),
+    ("b1_c8_l600_g1", "float32", 32, 16, 0, 2, False),  # 32 one-warp CTAs
 ]
 
 
@@ -685,10 +690,10 @@ def _run_fused(fam, case, tuning):
 
 
 @gpu_test
-@pytest.mark.parametrize("name,dtype,threads,cluster,tier,streams", FUSED_PATHS)
-def test_fused_paths_match_reference(registry, fam, suites, name, dtype, threads, cluster, tier, streams):
+@pytest.mark.parametrize("name,dtype,threads,cluster,t2,tier,streams", FUSED_PATHS)
+def test_fused_paths_match_reference(registry, fam, suites, name, dtype, threads, cluster, t2, tier, streams):
     plan = _run_fused(fam, smoke_case(suites, name, dtype), _fused_module().Tuning(max_threads=threads,
-                                                                                   max_cluster=cluster))
+                                                                                   max_cluster=cluster, t2=t2))
     assert plan["tier"] == tier and (plan["chunks"] > 1) == streams, plan
 
 
@@ -720,7 +725,7 @@ def test_fused_tier1_knobs_match_reference(registry, fam, label, dtype):
     straddling channels (L = 250), and more groups than resident clusters (persistent loops over groups).
     Tier 1 means more than 256 vectors per group in every dtype: n > 2048 elements (fp16/bf16 vectors hold 8)."""
     fused = _fused_module()
-    tuning = fused.Tuning(**TUNE.TIER1_CONFIGS[label])
+    tuning = fused.Tuning(**TUNE.TIER1_CONFIGS[label], t2=-1)  # B = 1 and 2 would take tier 2
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     persistent = 0
     for B, C, L in [(2, 512, 256), (1, 1024, 512), (3, 64, 1000), (2, 128, 250), (64, 128, 256), (40, 256, 512)]:
@@ -740,7 +745,7 @@ def test_fused_stash_matches_reference(registry, fam, stash, dtype):
     """Streaming CTAs (256 threads, no cluster: 2-4 chunks) keeping 1, 5 or as many vectors per thread as fit (1000)
     in shared memory instead of re-reading them; none (-1); the default (0) keeps none here, where the re-reads fit
     in L2."""
-    tuning = _fused_module().Tuning(max_threads=256, max_cluster=1, t1_stash=stash)
+    tuning = _fused_module().Tuning(max_threads=256, max_cluster=1, t1_stash=stash, t2=-1)
     for B, C, L in [(2, 64, 4000), (3, 16, 12288)]:
         plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
         assert plan["tier"] == 1 and plan["chunks"] > 1 and plan["vec"] > 1, plan
@@ -804,7 +809,7 @@ def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
 
 
 @gpu_test
-@pytest.mark.parametrize("L,knobs", [(16, {}), (16, {"t0_threads": 128}), (4000, {}), (4000, {"t2": 1})])
+@pytest.mark.parametrize("L,knobs", [(16, {}), (16, {"t0_threads": 128}), (4000, {"t2": -1}), (4000, {})])
 def test_fused_unaligned_input_takes_scalar_path(registry, fam, L, knobs):
     """x one element off 16-byte alignment: every tier reads and writes it element by element."""
     fused = _fused_module()
@@ -814,7 +819,7 @@ def test_fused_unaligned_input_takes_scalar_path(registry, fam, L, knobs):
     ref = fam.reference(x.double(), gamma.double(), beta.double(), groups, eps)
     tuning = fused.Tuning(**knobs)
     plan = fused.fused_plan(shifted, groups, tuning)
-    assert plan["vec"] == 1 and plan["tier"] == (0 if L == 16 else 2 if knobs else 1), plan
+    assert plan["vec"] == 1 and plan["tier"] == (0 if L == 16 else 1 if knobs else 2), plan
     assert_within(fused.fused_gn_mish(shifted, gamma, beta, groups, eps, tuning), ref, fam.tolerance(case, "float32"))
 
 
@@ -826,8 +831,8 @@ def test_fused_mish_is_stable_for_extreme_z(registry):
 
 
 @gpu_test
-@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
-                                        (256, 1024, {"t2": 1})])
+@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {"t2": -1}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
+                                        (256, 1024, {})])
 def test_fused_replays_in_a_cuda_graph(registry, fam, C, L, knobs):
     fused = _fused_module()
     tuning = fused.Tuning(**knobs)

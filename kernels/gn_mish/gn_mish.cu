@@ -163,9 +163,14 @@ const void* tier1_kernel(bool persistent, int items, bool stash) {
 }
 
 template <typename T, int VEC>
-const void* grid_kernel(int items) {
-  return items == tier1_items_full(VEC) ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, tier1_items_full(VEC)>)
-                                        : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, tier1_items_half(VEC)>);
+const void* grid_kernel(int items, bool stash) {
+  constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
+  if (stash) {
+    return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, true>)
+                          : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true>);
+  }
+  return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, false>)
+                        : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, false>);
 }
 
 template <typename T, int VEC>
@@ -198,7 +203,9 @@ struct PlanOp {
     auto clusters = [persistent_kernel](int threads, int k, int smem) {
       return resident_memo(persistent_kernel, threads, k, smem) / k;
     };
-    const void* grid = grid_kernel<T, VEC>(limits.t1_items > 0 && limits.t1_items < full ? tier1_items_half(VEC) : full);
+    // occupancy of the stash instantiation (no more registers than the plain one; the plan's smem decides)
+    const void* grid = grid_kernel<T, VEC>(limits.t1_items > 0 && limits.t1_items < full ? tier1_items_half(VEC) : full,
+                                           VEC > 1);
     auto grid_resident = [grid, &dev](int threads, int smem) {
       return resident_memo(grid, threads, 1, smem) / std::max(1, dev.sms);
     };
@@ -227,7 +234,7 @@ struct LaunchOp {
       if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
       }
-      const void* kernel = grid_kernel<T, VEC>(plan.items);
+      const void* kernel = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
       prepare_tier1(kernel);
       auto* counters = static_cast<unsigned*>(ws.counters);
       auto* partials = static_cast<float4*>(ws.partials);
@@ -250,7 +257,8 @@ template <typename T, int VEC>
 struct ResidentOp {
   static cudaError_t run(const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-            : plan.tier == 2 ? resident_memo(grid_kernel<T, VEC>(plan.items), plan.threads, 1, plan.smem_bytes)
+            : plan.tier == 2 ? resident_memo(grid_kernel<T, VEC>(plan.items, plan.stash > 0), plan.threads, 1,
+                                             plan.smem_bytes)
                              : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
                                              plan.threads, plan.cluster, plan.smem_bytes);
     return cudaSuccess;

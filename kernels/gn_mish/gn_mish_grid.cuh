@@ -8,9 +8,9 @@
 // The grid is resident (cooperative launch): grid / S slots, slot i handling groups i, i + slots, ... Per group,
 // every CTA loads its slice (tier 1's load_slice: chunks of blockDim x ITEMS vectors, all but the last stashed,
 // slots beyond the stash re-read later), merges (count, mean, M2) warp -> CTA; thread 0 stores the CTA's partial in
-// partials[group][rank], arrives on the group's counter (release) and spins until S have arrived (acquire), then
-// counts itself out on the departure counter: the last CTA out resets both, so every launch, of any S, finds them
-// at zero. Every warp merges the S partials in rank order (identical bits in every CTA); then normalise and store
+// partials[group][rank], arrives on the group's counter (release) and spins until S have arrived (acquire); after
+// its stores are issued it counts itself out on the departure counter: the last CTA out resets both, so every
+// launch, of any S, finds them at zero. Every warp merges the S partials in rank order (identical bits in every CTA); then normalise and store
 // (tier 1's normalize_slice: registers, stash, re-reads). Shape-independent workspace: 2 counters per group and
 // S partials per group (16 B each), from the host.
 #pragma once
@@ -41,22 +41,28 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
   return v;
 }
 
-// One thread per CTA: publish the CTA's partial, wait until all S CTAs of the group have, then count out.
-__device__ __forceinline__ void group_barrier(const GridArgs& a, int group, int rank, const Stats& cta) {
+// One thread per CTA: publish the CTA's partial, then wait until all S CTAs of the group have.
+__device__ __forceinline__ void group_arrive_wait(const GridArgs& a, int group, int rank, const Stats& cta) {
   unsigned* arrived = a.counters + 2 * group;
   a.partials[group * a.ctas + rank] = make_float4(cta.n, cta.mean, cta.m2, 0.f);
   __threadfence();  // the partial before the arrival
   atomicAdd(arrived, 1u);
   while (load_acquire(arrived) < unsigned(a.ctas)) {
   }
-  // Every CTA has passed the spin once the departures reach S: only then may the counters go back to zero.
+}
+
+// Later (off the path from the barrier to the stores), the same thread counts out. Every CTA has passed the spin
+// once the departures reach S: only then may the counters go back to zero.
+__device__ __forceinline__ void group_depart(const GridArgs& a, int group) {
+  unsigned* arrived = a.counters + 2 * group;
   if (atomicAdd(arrived + 1, 1u) == unsigned(a.ctas) - 1) {
     atomicExch(arrived, 0u);
     atomicExch(arrived + 1, 0u);
   }
 }
 
-template <typename T, int VEC, int ITEMS>
+// kStash: slices of more than one chunk (a separate instantiation, as for tier 1: one-chunk plans run no stash code).
+template <typename T, int VEC, int ITEMS, bool kStash>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_grid_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                         T* __restrict__ y, GridArgs a) {
@@ -79,10 +85,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
     const Affine<T> af = {a.L, a.stage, c_low, staged, gamma + c_first, beta + c_first};
     P raw[ITEMS];
-    const Stats mine = load_slice<T, VEC, ITEMS, true>(raw, src, s, stash, false,
+    const Stats mine = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, false,
                                                        [&] { stage_affine(af, a.cg, staged); });
     const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
-    if (threadIdx.x == 0) group_barrier(a, group, rank, cta);
+    if (threadIdx.x == 0) group_arrive_wait(a, group, rank, cta);
     __syncthreads();  // thread 0 has acquired the S partials for the CTA
     Stats part = {0.f, 0.f, 0.f};
     if (lane < a.ctas) {
@@ -90,8 +96,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       part = {q.x, q.y, q.z};
     }
     const Stats total = warp_allreduce(part);
-    normalize_slice<T, VEC, ITEMS, true>(raw, src, dst, s, stash, af, total.mean,
-                                         fast_rsqrt(total.m2 * a.inv_n + a.eps), false);
+    normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
+                                           fast_rsqrt(total.m2 * a.inv_n + a.eps), false);
+    if (threadIdx.x == 0) group_depart(a, group);
     if (group + a.slots < a.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
   }
 }

@@ -310,7 +310,9 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
 // slots as fit at the CTAs per SM that registers allow (capped by t1_stash; -1: none), re-reading the rest.
 // spread = SMs / groups (<= 32): few groups still use every SM. T = t1_threads, else the smallest of 256/512/1024
 // whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread), else 1024
-// with the stash and S = the fewest CTAs that hold the group (at least spread). S = t2_ctas when given.
+// with the stash and S = the fewest CTAs (at least spread) whose CTAs in flight re-read at most half the L2 beyond
+// registers and stash (H200, b8_c2048_l4096 fp32: S = 8, 10 of 32 vectors per thread re-read, 177.5 us; S = 12 or
+// 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8). S = t2_ctas when given.
 // ctas_resident(threads, smem): CTAs of the grid kernel per SM (occupancy). Returns false (plan unchanged) when
 // t2 = -1, the group needs more than 32 CTAs, or S CTAs cannot be resident at once.
 template <typename CtasResident>
@@ -337,9 +339,16 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
   const int slots_max = lim.t1_stash < 0 || vec == 1 ? 0 : stash_capacity(dev, threads, ctas_per_sm(lim, threads),
                                                                           stage_bound);
   const int per_thread = items + (lim.t1_stash > 0 ? std::min(slots_max, lim.t1_stash) : slots_max);
-  if (ctas == 0) ctas = std::max<int64_t>(spread, ceil_div(nv, int64_t(threads) * per_thread));
+  if (ctas == 0) {  // the fewest (>= spread) whose CTAs in flight re-read at most half the L2, else 32
+    const int64_t per_sm = ctas_per_sm(lim, threads);
+    for (ctas = spread; ctas < kGridMaxCtas; ++ctas) {
+      const int64_t reread = std::max<int64_t>(0, ceil_div(nv, ctas) - int64_t(threads) * per_thread) * 16;
+      if (reread * std::min(groups * ctas, per_sm * dev.sms) <= dev.l2_bytes / 2) break;
+    }
+  }
   if (ctas > kGridMaxCtas || groups * ctas >= (int64_t(1) << 31)) return false;  // 32-bit partial index
-  Plan pl = *out;
+  Plan pl;
+  pl.vec = vec;
   pl.tier = 2;
   pl.threads = threads;
   pl.items = items;
@@ -363,6 +372,20 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
   return true;
 }
 
+// Tier 2 by default (t2 = 0), measured on an H200 (_tune.py --only grid): (a) few groups (SMs / groups >= 8, B = 1
+// at G = 8), where tier 1's clusters of <= 8 CTAs leave half the SMs idle: b1_c2048_l1024 14.7 -> 12.1 us,
+// b1_c512_l4096 14.7 -> 12.0, b1_c2048_l4096 31.3 -> 23.7 (bf16 25.2 -> 19.1), b1_c512_l1024 9.3 -> 9.1; (b) fp32
+// groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash:
+// b8_c2048_l4096 193.4 -> 177.5 us. 16-bit ones stay on tier 1 (bf16 b8_c2048_l4096 102.8 vs 106.7 us: their store
+// pass is bound by mish's issue rate, which the re-reads overlap), as do many groups (b16_c1024_l2048 86.5 vs 88.6,
+// b64_c1024_l1024 157.2 vs 161.0) and B = 8 groups that fit (b8_c2048_l1024, stash: 41.9 vs 42.4).
+inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t groups, const Plan& t1) {
+  if (groups * 8 <= dev.sms) return true;
+  if (vec != 4 || t1.chunks < 2) return false;
+  const int64_t in_flight = std::min<int64_t>(t1.grid, int64_t(ctas_per_sm(lim, t1.threads)) * dev.sms);
+  return in_flight * t1.threads * 16 * ((t1.chunks - 1) * t1.items - t1.stash) > dev.l2_bytes / 2;
+}
+
 template <typename Fits16, typename Clusters, typename GridResident>
 Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, Fits16&& fits16,
                  Clusters&& clusters, GridResident&& grid_resident) {
@@ -375,6 +398,9 @@ Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int
     plan_tier0(lim, dev, nv, groups, &out);
   } else if (!(lim.t2 > 0 && plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out))) {
     plan_tier1(p, lim, dev, vec, nv, groups, fits16, clusters, &out);
+    if (lim.t2 == 0 && grid_by_default(lim, dev, vec, groups, out)) {
+      plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out);  // unchanged if it cannot be resident
+    }
   }
   return out;
 }
