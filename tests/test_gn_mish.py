@@ -374,12 +374,12 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     const int k = pl.cluster, chunk = pl.threads * pl.items, cg = int(p.channels / p.groups);
     const bool t2 = pl.tier == 2;
     EXPECT(pl.tier == 1 || (t2 && lim.t2 >= 0 && !few), "%s: tier %d", what, pl.tier);
-    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; 2 counters per group, S partials per group
+    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; a counter and S 64-bit partials per group
       const int ctas_sm = grid_ctas_per_sm(dev, pl.threads, pl.smem_bytes, false);
       EXPECT(k >= 1 && k <= kGridMaxCtas && (!lim.t2_ctas || k == lim.t2_ctas) && pl.grid % k == 0 &&
              pl.grid / k >= 1 && pl.grid / k <= groups && pl.grid <= int64_t(ctas_sm) * dev.sms &&
              pl.persistent == (pl.grid / k < groups) && pl.chunks == int(ceil_div(pl.slice_vecs, chunk)) &&
-             pl.counter_bytes == groups * 8 && pl.partial_bytes == groups * k * 16 && (pl.stash == 0 || vec > 1) &&
+             pl.counter_bytes == groups * 4 && pl.partial_bytes == groups * k * 8 && (pl.stash == 0 || vec > 1) &&
              (lim.t1_stash >= 0 || pl.stash == 0), "%s: tier-2 plan", what);
       std::vector<int> owner(size_t(groups), 0);  // slot s takes groups s, s + slots, ...: each exactly once
       for (int64_t s = 0; s < pl.grid / k; ++s)
@@ -774,8 +774,8 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
     seen = {"persistent": 0, "stash": 0, "chunks": 0}
     for B, C, L in [(1, 512, 256), (2, 128, 250), (3, 64, 1000), (2, 64, 4000), (64, 128, 256)]:
         plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
-        assert plan["tier"] == 2 and plan["counter_bytes"] == B * 8 * 8, plan
-        assert plan["partial_bytes"] == B * 8 * 16 * plan["cluster"], plan
+        assert plan["tier"] == 2 and plan["counter_bytes"] == B * 8 * 4, plan
+        assert plan["partial_bytes"] == B * 8 * 8 * plan["cluster"], plan
         if "t2_ctas" in TIER2_KNOBS[label]:
             assert plan["cluster"] == tuning.t2_ctas, plan
         seen["persistent"] += plan["persistent"]
@@ -789,10 +789,10 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
 
 @gpu_test
 def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
-    """Every launch leaves the group counters at zero: plans of different S and group counts run back to back on one
-    stream and on a second stream (its own buffers) on fresh inputs each time. A counter left at a multiple of the
-    previous S, or counters where an earlier plan kept partials (the first version shared one buffer, counters
-    first: 16 groups' counters overlapped 8 groups' partials), release a barrier early and mix stale partials in."""
+    """Every launch puts the sentinels and counters back: plans of different S and group counts run back to back on one
+    stream and on a second stream (its own buffers) on fresh inputs each time. A partial left in place, or a counter
+    where an earlier plan kept partials (the first version shared one buffer, counters first: 16 groups' counters
+    overlapped 8 groups' partials), would release a group early with stale partials, or never."""
     fused = _fused_module()
     side = torch.cuda.Stream()
     runs = [(1, 4, None), (2, 3, None), (5, 32, None), (2, 1, side), (1, 4, side), (3, 3, None), (2, 4, None)]

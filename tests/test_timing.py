@@ -107,3 +107,22 @@ def test_gpu_modes_time_the_device_and_name_host_bound_calls():
         assert s.uncovered is not None and s.uncovered > 0.9, (mode, s.uncovered)
     g = timer.measure(launches, "graph")
     assert g.uncovered is None and g.host_probe_s is None
+
+
+def test_size_matched_copies_move_the_bytes_in_three_layouts():
+    """Each copy reads and writes half of `nbytes`, its destination at its own gap after the source."""
+    from dpk.timing_aids import COPY_GAPS, size_matched_copies
+
+    nbytes = 8 * 1000 + 4
+    copies = size_matched_copies(nbytes, torch.device("cpu"))
+    assert len(copies) == len(COPY_GAPS) == len(set(COPY_GAPS))
+    outs = [c() for c in copies]
+    src = outs[0].untyped_storage()
+    starts = []
+    for out in outs:
+        assert out.numel() == nbytes // 8 and out.dtype == torch.float32
+        assert out.untyped_storage().data_ptr() == src.data_ptr()  # one buffer, three destinations
+        starts.append(out.storage_offset())
+        torch.testing.assert_close(out, outs[0])
+    assert outs[0].abs().sum() > 0  # the source holds data, not zeros
+    assert [s - 1000 for s in starts] == [g // 4 for g in COPY_GAPS]

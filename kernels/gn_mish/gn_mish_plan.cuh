@@ -366,8 +366,8 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
   const int64_t slots = std::min(groups, resident / ctas);
   pl.grid = slots * ctas;
   pl.persistent = slots < groups;
-  pl.counter_bytes = groups * 2 * int64_t(sizeof(uint32_t));
-  pl.partial_bytes = groups * ctas * 16;
+  pl.counter_bytes = groups * int64_t(sizeof(uint32_t));
+  pl.partial_bytes = groups * ctas * int64_t(sizeof(uint64_t));
   *out = pl;
   return true;
 }
