@@ -146,7 +146,7 @@ class Session:
         if not self.size_copy or not nbytes:
             return {}
         key = (int(nbytes), mode)
-        if key not in self._size_copy_us:  # the fastest layout (timing_aids.COPY_GAPS)
+        if key not in self._size_copy_us:  # the faster of two copy kernels (timing_aids.size_matched_copies)
             copies = [ranged(c, "dpk", "size_copy", f"{key[0]}B") for c in size_matched_copies(key[0], self.device)]
             self._size_copy_us[key] = min(timer.measure(c, mode).stats.median for c in copies) * US
         copy_us = self._size_copy_us[key]

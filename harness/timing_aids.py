@@ -72,20 +72,15 @@ def flush_method(device: torch.device) -> str:
     return f"{'read' if device.type == 'cuda' else 'read-modify-write'} of {flush_bytes(device) >> 20} MiB"
 
 
-# Gaps between the source's end and the destination's start of the size-matched copies. An H200 timed a cold copy
-# of 16 781 312 bytes at 9.9-11.4 us and one of 16 793 600 bytes at 7.9 us, every time, with the allocator placing
-# dst right after src: the two buffers' relative offset, not the size, decides (DRAM channel conflicts), and a
-# kernel's own buffers sit wherever the allocator put them. So the roofline is the fastest of three layouts.
-COPY_GAPS = (0, 72 * 1024, 1024 * 1024 + 40 * 1024)
-
-
 def size_matched_copies(nbytes: int, device: torch.device) -> list[Callable[[], torch.Tensor]]:
-    """Device copies that move `nbytes` in all (half read, half written), like a memory-bound kernel's one read of
-    its input and one write of its output, one per gap in COPY_GAPS between source and destination. Timed in the
-    same mode as a row, the fastest is the roofline at that size: a cold 2 MB copy pays the same kernel start and
-    DRAM latency as the kernel it is compared with, which the 512 MiB probe of the fingerprint amortises away."""
+    """Two device copies that move `nbytes` in all (half read, half written), like a memory-bound kernel's one read of
+    its input and one write of its output: `copy_` (on a GPU the driver's device-to-device memcpy) and an elementwise
+    kernel (`mul(src, 1, out=dst)`). Timed in the same mode as a row, the faster is the roofline at that size: a cold
+    2 MB copy pays the same kernel start and DRAM latency as the kernel it is compared with, which the 512 MiB probe of
+    the fingerprint amortises away. Two, because an H200 ran the memcpy of 16 781 312 bytes in 9.9-10.9 us and of
+    16 793 600 bytes in 7.9 us, for every placement of the two buffers (33 556 480 bytes: 13.1-14.2 against 11.3 us
+    for 33 562 624): some sizes cost it a second step, which no kernel being compared pays."""
     n = max(1, nbytes // 8)  # float32 elements per buffer
-    gaps = [g // 4 for g in COPY_GAPS]
-    buf = torch.empty(2 * n + max(gaps), device=device)
-    src = buf[:n].normal_()
-    return [lambda dst=buf[n + g:2 * n + g]: dst.copy_(src) for g in gaps]
+    src = torch.randn(n, device=device)
+    dst = torch.empty_like(src)
+    return [lambda: dst.copy_(src), lambda: torch.mul(src, 1.0, out=dst)]
