@@ -110,7 +110,7 @@ def test_gpu_modes_time_the_device_and_name_host_bound_calls():
 
 
 def test_size_matched_copies_move_the_bytes():
-    """Both copies (memcpy and elementwise) read and write half of `nbytes`: the same source into the same destination."""
+    """Both copies (memcpy, elementwise) read and write half of `nbytes`: one source into one destination."""
     from dpk.timing_aids import size_matched_copies
 
     nbytes = 8 * 1000 + 4
