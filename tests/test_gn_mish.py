@@ -374,12 +374,12 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     const int k = pl.cluster, chunk = pl.threads * pl.items, cg = int(p.channels / p.groups);
     const bool t2 = pl.tier == 2;
     EXPECT(pl.tier == 1 || (t2 && lim.t2 >= 0 && !few), "%s: tier %d", what, pl.tier);
-    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; a counter and S 64-bit partials per group
+    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; 2 counters per group, S partials per group
       const int ctas_sm = grid_ctas_per_sm(dev, pl.threads, pl.smem_bytes, false);
       EXPECT(k >= 1 && k <= kGridMaxCtas && (!lim.t2_ctas || k == lim.t2_ctas) && pl.grid % k == 0 &&
              pl.grid / k >= 1 && pl.grid / k <= groups && pl.grid <= int64_t(ctas_sm) * dev.sms &&
              pl.persistent == (pl.grid / k < groups) && pl.chunks == int(ceil_div(pl.slice_vecs, chunk)) &&
-             pl.counter_bytes == groups * 4 && pl.partial_bytes == groups * k * 8 && (pl.stash == 0 || vec > 1) &&
+             pl.counter_bytes == groups * 8 && pl.partial_bytes == groups * k * 16 && (pl.stash == 0 || vec > 1) &&
              (lim.t1_stash >= 0 || pl.stash == 0), "%s: tier-2 plan", what);
       std::vector<int> owner(size_t(groups), 0);  // slot s takes groups s, s + slots, ...: each exactly once
       for (int64_t s = 0; s < pl.grid / k; ++s)
@@ -642,8 +642,11 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8, 0),       # n = 1024 (256 vectors): a 256-thread CTA
         ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048, 0),   # bf16: 64 elements, fp32's 128 bytes per thread
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0),    # 64 groups: 2 x 1024 on 128 SMs
-        ((1, 256, 1024, 8), 4): (2, 256, 0, 1, 16, 8, 1, 128, 0),    # 8 groups <= SMs / 8: tier 2, 16 CTAs each
-        ((1, 1024, 1024, 8), 4): (2, 256, 0, 1, 16, 8, 1, 128, 0),   # 16 x 256 hold it in one register chunk
+        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0),      # few, < 64K vectors: tier 1, 4 x 256 holds
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # it, split to K = 8; 16 x 256 > K <= 8: 8 x 512
+        ((1, 2048, 1024, 8), 4): (2, 512, 0, 1, 16, 8, 1, 128, 0),   # 64K vectors, 8 groups <= SMs / 8: tier 2, 16
+        # CTAs per group (one register chunk of 512 x 8)
+        ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # bf16: 32K vectors, tier 1
         ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14),  # fp32, tier 1 would re-read 251 MB: tier 2,
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
         ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0),   # bf16: tier 1 (issue-bound store pass)
@@ -665,12 +668,12 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
 FUSED_PATHS = [  # (case name, dtype, max_threads, max_cluster, t2, expected tier, expect chunks > 1)
     ("b1_c64_l16_g8", "float32", 1024, 16, 0, 0, False),
     ("b2_c24_l7_g8", "bfloat16", 1024, 16, 0, 0, False),
-    ("b1_c8_l600_g1", "float32", 1024, 16, 0, 2, False),  # one group: tier 2 by default
-    ("b1_c8_l600_g1", "float32", 1024, 16, -1, 1, False),
+    ("b1_c8_l600_g1", "float32", 1024, 16, 1, 2, False),  # tier 2: one group over 32 CTAs
+    ("b1_c8_l600_g1", "float32", 1024, 16, 0, 1, False),  # the default: 1200 vectors, tier 1
     ("b1_c8_l600_g1", "float16", 1024, 1, -1, 1, False),
     ("b1_c8_l600_g1", "float32", 32, 2, -1, 1, True),
     ("b1_c8_l600_g1", "bfloat16", 64, 1, -1, 1, True),
-    ("b1_c8_l600_g1", "float32", 32, 16, 0, 2, False),  # 32 one-warp CTAs
+    ("b1_c8_l600_g1", "float32", 32, 16, 1, 2, False),  # 32 one-warp CTAs
 ]
 
 
@@ -725,7 +728,7 @@ def test_fused_tier1_knobs_match_reference(registry, fam, label, dtype):
     straddling channels (L = 250), and more groups than resident clusters (persistent loops over groups).
     Tier 1 means more than 256 vectors per group in every dtype: n > 2048 elements (fp16/bf16 vectors hold 8)."""
     fused = _fused_module()
-    tuning = fused.Tuning(**TUNE.TIER1_CONFIGS[label], t2=-1)  # B = 1 and 2 would take tier 2
+    tuning = fused.Tuning(**TUNE.TIER1_CONFIGS[label], t2=-1)  # tier 1 whatever the default rule says
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     persistent = 0
     for B, C, L in [(2, 512, 256), (1, 1024, 512), (3, 64, 1000), (2, 128, 250), (64, 128, 256), (40, 256, 512)]:
@@ -774,8 +777,8 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
     seen = {"persistent": 0, "stash": 0, "chunks": 0}
     for B, C, L in [(1, 512, 256), (2, 128, 250), (3, 64, 1000), (2, 64, 4000), (64, 128, 256)]:
         plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
-        assert plan["tier"] == 2 and plan["counter_bytes"] == B * 8 * 4, plan
-        assert plan["partial_bytes"] == B * 8 * 8 * plan["cluster"], plan
+        assert plan["tier"] == 2 and plan["counter_bytes"] == B * 8 * 8, plan
+        assert plan["partial_bytes"] == B * 8 * 16 * plan["cluster"], plan
         if "t2_ctas" in TIER2_KNOBS[label]:
             assert plan["cluster"] == tuning.t2_ctas, plan
         seen["persistent"] += plan["persistent"]
@@ -789,10 +792,10 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
 
 @gpu_test
 def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
-    """Every launch puts the sentinels and counters back: plans of different S and group counts run back to back on one
-    stream and on a second stream (its own buffers) on fresh inputs each time. A partial left in place, or a counter
-    where an earlier plan kept partials (the first version shared one buffer, counters first: 16 groups' counters
-    overlapped 8 groups' partials), would release a group early with stale partials, or never."""
+    """Every launch leaves the group counters at zero: plans of different S and group counts run back to back on one
+    stream and on a second stream (its own buffers) on fresh inputs each time. A counter left at a multiple of the
+    previous S, or counters where an earlier plan kept partials (the first version shared one buffer, counters
+    first: 16 groups' counters overlapped 8 groups' partials), release a barrier early and mix stale partials in."""
     fused = _fused_module()
     side = torch.cuda.Stream()
     runs = [(1, 4, None), (2, 3, None), (5, 32, None), (2, 1, side), (1, 4, side), (3, 3, None), (2, 4, None)]
@@ -809,7 +812,7 @@ def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
 
 
 @gpu_test
-@pytest.mark.parametrize("L,knobs", [(16, {}), (16, {"t0_threads": 128}), (4000, {"t2": -1}), (4000, {})])
+@pytest.mark.parametrize("L,knobs", [(16, {}), (16, {"t0_threads": 128}), (4000, {}), (4000, {"t2": 1})])
 def test_fused_unaligned_input_takes_scalar_path(registry, fam, L, knobs):
     """x one element off 16-byte alignment: every tier reads and writes it element by element."""
     fused = _fused_module()
@@ -819,7 +822,7 @@ def test_fused_unaligned_input_takes_scalar_path(registry, fam, L, knobs):
     ref = fam.reference(x.double(), gamma.double(), beta.double(), groups, eps)
     tuning = fused.Tuning(**knobs)
     plan = fused.fused_plan(shifted, groups, tuning)
-    assert plan["vec"] == 1 and plan["tier"] == (0 if L == 16 else 1 if knobs else 2), plan
+    assert plan["vec"] == 1 and plan["tier"] == (0 if L == 16 else 2 if knobs else 1), plan
     assert_within(fused.fused_gn_mish(shifted, gamma, beta, groups, eps, tuning), ref, fam.tolerance(case, "float32"))
 
 
@@ -831,8 +834,8 @@ def test_fused_mish_is_stable_for_extreme_z(registry):
 
 
 @gpu_test
-@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {"t2": -1}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
-                                        (256, 1024, {})])
+@pytest.mark.parametrize("C,L,knobs", [(256, 1024, {}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
+                                        (256, 1024, {"t2": 1})])
 def test_fused_replays_in_a_cuda_graph(registry, fam, C, L, knobs):
     fused = _fused_module()
     tuning = fused.Tuning(**knobs)

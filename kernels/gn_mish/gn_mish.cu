@@ -231,16 +231,16 @@ struct LaunchOp {
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
     if (plan.tier == 2) {
-      if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 8 != 0) {
+      if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
       }
       const void* kernel = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
       prepare_tier1(kernel);
-      auto* departures = static_cast<unsigned*>(ws.counters);
-      auto* partials = static_cast<uint64_t*>(ws.partials);
+      auto* counters = static_cast<unsigned*>(ws.counters);
+      auto* partials = static_cast<float4*>(ws.partials);
       GridArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
                     int(plan.slice_vecs), plan.cluster, int(plan.grid / plan.cluster), plan.stage, float(1.0 / n),
-                    p.eps, plan.stash, partials, departures};
+                    p.eps, plan.stash, partials, counters};
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, kernel, args);
     }

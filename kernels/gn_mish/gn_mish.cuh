@@ -59,14 +59,13 @@ struct Plan {
   int stage = 0;           // tier 1: channels of gamma/beta staged per CTA in shared memory (0: read from L1/L2)
   int smem_bytes = 0;      // tier 1: dynamic shared memory per CTA (staging + stash, or padding for t1_ctas_per_sm)
   int stash = 0;           // tiers 1, 2: vectors per thread (the oldest chunks' first) kept in shared memory
-  int64_t counter_bytes = 0;  // tier 2: one departure counter per group (Workspace::counters)
-  int64_t partial_bytes = 0;  // tier 2: the CTAs' partial statistics, 8 bytes each (Workspace::partials)
+  int64_t counter_bytes = 0;  // tier 2: the groups' arrival/departure counters (Workspace::counters)
+  int64_t partial_bytes = 0;  // tier 2: the CTAs' partial statistics (Workspace::partials)
 };
 
-// Tier 2's global memory, used by one stream at a time. counters: plan.counter_bytes, all zero bytes before the
-// first launch; partials: plan.partial_bytes, 8-byte aligned, all 0xff bytes before the first launch. Every launch
-// leaves them so; neither buffer may ever hold anything else (a later plan with other groups or S would find its
-// counters or sentinels where an earlier one kept the other).
+// Tier 2's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at
+// zero), only ever used for counters (a buffer that held anything else is not zero where a later plan counts) and
+// by one stream at a time; partials: plan.partial_bytes, 16-byte aligned, no initial value needed.
 struct Workspace {
   void* counters = nullptr;
   void* partials = nullptr;

@@ -60,14 +60,13 @@ gn_mish::Plan plan_of(const gn_mish::Problem& p, const torch::Tensor& x, const v
   return pl;
 }
 
-// Tier 2's buffers (gn_mish::Workspace). Outside a stream capture: one per (device, stream, kind), grown by
-// replacing it (the old one is freed in stream order), filled when made (counters 0x00, partials 0xff bytes); every
-// launch leaves them so and they never hold anything else. While the stream is captured: fresh ones per call, so
-// the graph owns them (their fills are nodes before the kernel; a cached buffer would be shared between replays and
-// eager calls on another stream).
+// Tier 2's buffers. Outside a stream capture: one per (device, stream, kind), grown by replacing it (the old one
+// is freed in stream order); the counters are zeroed when made, every launch leaves them at zero, and they never hold
+// anything else. While the stream is captured: fresh ones per call, so the graph owns them (the counters' memset is
+// a node before the kernel; a cached buffer would be shared between replays and eager calls on another stream).
 torch::Tensor scratch(const torch::Tensor& x, int64_t bytes, bool counters, cudaStream_t stream) {
   const auto opts = torch::TensorOptions().dtype(torch::kUInt8).device(x.device());
-  auto make = [&](int64_t n) { return torch::full({n}, counters ? 0 : 0xff, opts); };
+  auto make = [&](int64_t n) { return counters ? torch::zeros({n}, opts) : torch::empty({n}, opts); };
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TORCH_CHECK(cudaStreamIsCapturing(stream, &capture) == cudaSuccess, "gn_mish: cudaStreamIsCapturing failed");
   if (capture != cudaStreamCaptureStatusNone) return make(bytes);

@@ -26,6 +26,7 @@ constexpr int kFewCtaMaxCluster = 8;      // tier 1, few groups: clusters of <= 
 constexpr int kManyCtaThreads = 256;      // tier 1, many groups: 256-thread CTAs in clusters of <= 8 ...
 constexpr int kManyStreamThreads = 512;   // ... else streaming through clusters of <= 8 CTAs of 512 threads
 constexpr int kGridMaxCtas = 32;          // tier 2: CTAs per group (one warp merges their partials)
+constexpr int64_t kGridFewMinVecs = 65536;  // tier 2 by default for few groups from 64K vectors (1 MB) per group
 
 // Tier 0 CTA size cap for a number of vectors per thread: 4 and 8 need more than the 64 registers that a
 // 1024-thread CTA leaves per thread.
@@ -366,21 +367,24 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
   const int64_t slots = std::min(groups, resident / ctas);
   pl.grid = slots * ctas;
   pl.persistent = slots < groups;
-  pl.counter_bytes = groups * int64_t(sizeof(uint32_t));
-  pl.partial_bytes = groups * ctas * int64_t(sizeof(uint64_t));
+  pl.counter_bytes = groups * 2 * int64_t(sizeof(uint32_t));
+  pl.partial_bytes = groups * ctas * 16;
   *out = pl;
   return true;
 }
 
-// Tier 2 by default (t2 = 0), measured on an H200 (_tune.py --only grid): (a) few groups (SMs / groups >= 8, B = 1
-// at G = 8), where tier 1's clusters of <= 8 CTAs leave half the SMs idle: b1_c2048_l1024 14.7 -> 12.1 us,
-// b1_c512_l4096 14.7 -> 12.0, b1_c2048_l4096 31.3 -> 23.7 (bf16 25.2 -> 19.1), b1_c512_l1024 9.3 -> 9.1; (b) fp32
+// Tier 2 by default (t2 = 0), measured on an H200 (_tune.py --only grid; NOTES.md "Tier 2"): (a) few groups
+// (SMs / groups >= 8, B = 1 at G = 8) of >= 64K vectors (1 MB of 16-byte vectors), where tier 1's clusters of <= 8 CTAs leave half the
+// SMs idle: b1_c2048_l1024 14.6 -> 12.2 us, b1_c512_l4096 14.8 -> 12.1, b1_c2048_l4096 31.7 -> 23.5 (bf16 25.2 ->
+// 19.3); smaller groups stay on tier 1, whose cluster barrier is cheaper than a trip through L2 (b1_c256_l1024 7.8
+// vs 8.4, b1_c512_l1024 8.8 vs 9.0, b1_c1024_l1024 10.0 vs 10.0 us, 32K vectors); (b) fp32
 // groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash:
 // b8_c2048_l4096 193.4 -> 177.5 us. 16-bit ones stay on tier 1 (bf16 b8_c2048_l4096 102.8 vs 106.7 us: their store
 // pass is bound by mish's issue rate, which the re-reads overlap), as do many groups (b16_c1024_l2048 86.5 vs 88.6,
 // b64_c1024_l1024 157.2 vs 161.0) and B = 8 groups that fit (b8_c2048_l1024, stash: 41.9 vs 42.4).
-inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t groups, const Plan& t1) {
-  if (groups * 8 <= dev.sms) return true;
+inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv, int64_t groups,
+                            const Plan& t1) {
+  if (groups * 8 <= dev.sms && nv >= kGridFewMinVecs) return true;
   if (vec != 4 || t1.chunks < 2) return false;
   const int64_t in_flight = std::min<int64_t>(t1.grid, int64_t(ctas_per_sm(lim, t1.threads)) * dev.sms);
   return in_flight * t1.threads * 16 * ((t1.chunks - 1) * t1.items - t1.stash) > dev.l2_bytes / 2;
@@ -398,7 +402,7 @@ Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int
     plan_tier0(lim, dev, nv, groups, &out);
   } else if (!(lim.t2 > 0 && plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out))) {
     plan_tier1(p, lim, dev, vec, nv, groups, fits16, clusters, &out);
-    if (lim.t2 == 0 && grid_by_default(lim, dev, vec, groups, out)) {
+    if (lim.t2 == 0 && grid_by_default(lim, dev, vec, nv, groups, out)) {
       plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out);  // unchanged if it cannot be resident
     }
   }
