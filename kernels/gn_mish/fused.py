@@ -144,5 +144,6 @@ def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> di
 
 @dpk.variant("gn_mish", "fused", needs=("cuda", "nvcc"), dtypes=("float32", "float16", "bfloat16"), compute="float32")
 def fused(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-    """Fused CUDA kernel: a warp..CTA per small group, a thread-block cluster per large group."""
+    """Fused CUDA kernel: a warp..CTA per small group, a thread-block cluster per large group, or up to 32 CTAs
+    meeting through global memory (few large groups, or groups a cluster would re-read from DRAM)."""
     return fused_gn_mish(x, gamma, beta, groups, eps)

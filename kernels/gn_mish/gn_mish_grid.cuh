@@ -1,18 +1,19 @@
-// Tier 2 of the fused GroupNorm+Mish kernel (included by gn_mish.cu): a group spread over S CTAs (S <= 32, no
-// thread-block cluster) that combine their partial statistics through global memory. Two things tier 1 cannot do:
-// a group may use more SMs than a portable cluster (B = 1: 8 groups x 16 CTAs on 128 SMs, where 8-CTA clusters
-// leave half the SMs idle and 16-CTA clusters do not all fit in the GPCs at once), and a CTA's slice may live on
-// chip in registers plus a shared-memory stash of up to 14 x 16 KB per 1024-thread CTA, so x is read from DRAM
-// once where tier 1 re-reads it (B = 8, C = 2048, L = 4096: 4 MB groups, 13 CTAs each).
+// Tier 2 of the fused GroupNorm+Mish kernel (included by gn_mish.cu): y = mish(group_norm(x) * gamma + beta),
+// x, y (B, C, L) fp32/fp16/bf16 with fp32 math, a group spread over S CTAs (S <= 32, no thread-block cluster) that
+// combine their partial statistics through global memory. Two things tier 1 cannot do: a group may use more SMs than
+// a portable cluster (B = 1: 8 groups x 16 CTAs on 128 SMs, where 8-CTA clusters leave half the SMs idle and 16-CTA
+// clusters do not all fit in the GPCs at once), and a CTA's slice may live on chip in registers plus a shared-memory
+// stash of up to 14 x 16 KB per 1024-thread CTA, so x is read from DRAM about once where tier 1 re-reads it (B = 8,
+// C = 2048, L = 4096: 4 MB groups over 8 CTAs, 22 of each thread's 32 vectors on chip, the rest re-read from L2).
 //
 // The grid is resident (cooperative launch): grid / S slots, slot i handling groups i, i + slots, ... Per group,
 // every CTA loads its slice (tier 1's load_slice: chunks of blockDim x ITEMS vectors, all but the last stashed,
-// slots beyond the stash re-read later), merges (count, mean, M2) warp -> CTA; thread 0 stores the CTA's partial in
-// partials[group][rank], arrives on the group's counter (release) and spins until S have arrived (acquire); after
-// its stores are issued it counts itself out on the departure counter: the last CTA out resets both, so every
-// launch, of any S, finds them at zero. Every warp merges the S partials in rank order (identical bits in every CTA); then normalise and store
-// (tier 1's normalize_slice: registers, stash, re-reads). Shape-independent workspace: 2 counters per group and
-// S partials per group (16 B each), from the host.
+// slots beyond the stash re-read later) and merges (count, mean, M2) warp -> CTA; thread 0 stores the CTA's partial
+// in partials[group][rank], fences, arrives on the group's counter and spins until S have arrived (acquire); every
+// warp then merges the S partials in one butterfly (identical bits in every CTA), and the CTA normalises and stores
+// (tier 1's normalize_slice: registers, stash, re-reads). After its stores are issued, thread 0 counts out on the
+// departure counter: the last CTA out resets both counters, so every launch, of any S, finds them at zero. Global
+// memory from the host: 2 counters per group (zero before the first launch) and S 16-byte partials per group.
 #pragma once
 
 #include "gn_mish_tier1.cuh"
