@@ -77,9 +77,10 @@ def size_matched_copies(nbytes: int, device: torch.device) -> list[Callable[[], 
     its input and one write of its output: `copy_` (on a GPU the driver's device-to-device memcpy) and an elementwise
     kernel (`mul(src, 1, out=dst)`). Timed in the same mode as a row, the faster is the roofline at that size: a cold
     2 MB copy pays the same kernel start and DRAM latency as the kernel it is compared with, which the 512 MiB probe of
-    the fingerprint amortises away. Two, because an H200 ran the memcpy of 16 781 312 bytes in 9.9-10.9 us and of
-    16 793 600 bytes in 7.9 us, for every placement of the two buffers (33 556 480 bytes: 13.1-14.2 against 11.3 us
-    for 33 562 624): some sizes cost it a second step, which no kernel being compared pays."""
+    the fingerprint amortises away. Two, because an H200 ran the memcpy of 16 781 312 bytes in 9.9-11.3 us and of
+    16 793 600 bytes in 7.9-8.1 us, for each of four placements of the two buffers (33 556 480 bytes: 13.1-14.2
+    against 11.3-11.7 us for 33 562 624), while the elementwise kernel took 7.8 and 11.6-11.7 us for both pairs
+    (results/nvidia-h200/tune/copy-size-probe-20261122.txt; why the memcpy minds those sizes is not known)."""
     n = max(1, nbytes // 8)  # float32 elements per buffer
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)

@@ -3,8 +3,9 @@
 Small groups (every Push-T GroupNorm): the group in the registers of a warp ... a CTA. Large groups: a
 thread-block cluster (sm_90) per group combining (count, mean, M2) through distributed shared memory, so x is
 read from DRAM once; beyond the cluster's register capacity it streams (re-read from L2). Tier 2: up to 32 CTAs
-per group meeting through global memory in a resident grid, slices in registers plus shared memory. `Tuning` selects the
-CTA shapes of both tiers at run time (kernels/gn_mish/_tune.py sweeps them); the defaults are the variant's.
+per group meeting through global memory in a resident grid, slices in registers plus shared memory. `Tuning`
+selects the CTA shapes of the tiers at run time (kernels/gn_mish/_tune.py sweeps them); the defaults are the
+variant's.
 """
 from __future__ import annotations
 

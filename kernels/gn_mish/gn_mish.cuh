@@ -37,8 +37,8 @@ struct Limits {
                               // measured rule (only where re-reads outgrow half the L2); -1: none (also tier 2's cap)
   int t2 = 0;                 // tier 2 (S CTAs per group meeting through global memory, resident grid): 1 = use it
                               // wherever it can be resident, -1 = never, 0 = the measured rule
-  int t2_ctas = 0;            // tier 2 CTAs per group, 1..32; 0: the rule (fewest whose registers and stash hold
-                              // the group, raised to spread few groups over the SMs)
+  int t2_ctas = 0;            // tier 2 CTAs per group, 1..32; 0: the rule (few groups: spread over the SMs; else
+                              // the fewest whose CTAs in flight re-read at most half the L2)
 };
 
 // How one call maps onto the GPU.

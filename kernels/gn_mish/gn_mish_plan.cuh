@@ -138,15 +138,6 @@ inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes
 // The stash starts after the staged gamma/beta, 16-byte aligned.
 inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15) / 16 * 16; }
 
-// Tier 1 stash: 16-byte vectors per thread that a streaming CTA keeps in shared memory instead of re-reading
-// them after the reduction. Vector j of chunk ci is slot ci * items + j, so the oldest chunks, the ones least
-// likely still in L2, go first; the last chunk stays in registers. As many slots as fit without lowering the
-// CTAs per SM that registers and threads allow (or t1_ctas_per_sm), capped by t1_stash; 16-byte vectors only.
-// By default only where it pays (H200, _tune.py --only stash): the stash kernel runs 6-18 % slower than the
-// plain one at the same traffic, so it is used when the CTAs in flight would re-read more than half the L2
-// (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
-// b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),
-// the 512-thread many-group plans (16 MB) or b8_c2048_l4096 (251 -> 222 MB: 194 -> 203 us).
 // CTAs of `threads` threads per SM that registers and threads allow (or t1_ctas_per_sm).
 inline int ctas_per_sm(const Limits& lim, int threads) {
   return lim.t1_ctas_per_sm > 0 ? lim.t1_ctas_per_sm
@@ -161,6 +152,15 @@ inline int stash_capacity(const DeviceInfo& dev, int threads, int ctas, int stag
   return std::max(0, budget / (threads * 16));
 }
 
+// Tier 1 stash: 16-byte vectors per thread that a streaming CTA keeps in shared memory instead of re-reading
+// them after the reduction. Vector j of chunk ci is slot ci * items + j, so the oldest chunks, the ones least
+// likely still in L2, go first; the last chunk stays in registers. As many slots as fit without lowering the
+// CTAs per SM that registers and threads allow (or t1_ctas_per_sm), capped by t1_stash; 16-byte vectors only.
+// By default only where it pays (H200, _tune.py --only stash): the stash kernel runs 6-18 % slower than the
+// plain one at the same traffic, so it is used when the CTAs in flight would re-read more than half the L2
+// (two partitions; lines read from both sides are cached in both) and the stash brings that under half:
+// b8_c2048_l1024 and b8_c512_l4096 (50 -> 21 MB; 47.7 -> 41.5 us), not b1_c2048_l4096 (25 MB: 31.7 -> 37.8 us),
+// the 512-thread many-group plans (16 MB) or b8_c2048_l4096 (251 -> 222 MB: 194 -> 203 us).
 inline int tier1_stash(const Limits& lim, const DeviceInfo& dev, const Plan& pl) {
   if (lim.t1_stash < 0 || pl.vec == 1 || pl.chunks < 2 || pl.persistent || dev.smem_per_sm == 0) return 0;
   const int ctas = ctas_per_sm(lim, pl.threads);
@@ -374,14 +374,14 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
 }
 
 // Tier 2 by default (t2 = 0), measured on an H200 (_tune.py --only grid; NOTES.md "Tier 2"): (a) few groups
-// (SMs / groups >= 8, B = 1 at G = 8) of >= 64K vectors (1 MB of 16-byte vectors), where tier 1's clusters of <= 8 CTAs leave half the
-// SMs idle: b1_c2048_l1024 14.6 -> 12.2 us, b1_c512_l4096 14.8 -> 12.1, b1_c2048_l4096 31.7 -> 23.5 (bf16 25.2 ->
-// 19.3); smaller groups stay on tier 1, whose cluster barrier is cheaper than a trip through L2 (b1_c256_l1024 7.8
-// vs 8.4, b1_c512_l1024 8.8 vs 9.0, b1_c1024_l1024 10.0 vs 10.0 us, 32K vectors); (b) fp32
-// groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash:
-// b8_c2048_l4096 193.4 -> 177.5 us. 16-bit ones stay on tier 1 (bf16 b8_c2048_l4096 102.8 vs 106.7 us: their store
-// pass is bound by mish's issue rate, which the re-reads overlap), as do many groups (b16_c1024_l2048 86.5 vs 88.6,
-// b64_c1024_l1024 157.2 vs 161.0) and B = 8 groups that fit (b8_c2048_l1024, stash: 41.9 vs 42.4).
+// (SMs / groups >= 8, B = 1 at G = 8) of >= 64K vectors (1 MB of 16-byte vectors), where tier 1's clusters of <= 8
+// CTAs leave half the SMs idle: b1_c2048_l1024 14.6 -> 12.2 us, b1_c512_l4096 14.8 -> 12.1, b1_c2048_l4096 31.7 ->
+// 23.5 (bf16 25.2 -> 19.3); smaller groups stay on tier 1, whose cluster barrier is cheaper than a trip through L2
+// (b1_c256_l1024 7.8 vs 7.8-8.5, b1_c512_l1024 8.8 vs 9.0, b1_c1024_l1024 9.8-10.4 vs 10.0-10.1 us at 32K vectors);
+// (b) fp32 groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash:
+// b8_c2048_l4096 193.4 -> 174.9-177.5 us. 16-bit ones stay on tier 1 (bf16 b8_c2048_l4096 102.3 vs 106.6 us: their
+// store pass is bound by mish's issue rate, which the re-reads overlap), as do many groups (b16_c1024_l2048 87.3 vs
+// 87.3, b64_c1024_l1024 156.6 vs 175.4) and B = 8 groups that fit (b8_c2048_l1024, stash: 41.4 vs 42.2).
 inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv, int64_t groups,
                             const Plan& t1) {
   if (groups * 8 <= dev.sms && nv >= kGridFewMinVecs) return true;
