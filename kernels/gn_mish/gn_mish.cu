@@ -232,24 +232,23 @@ struct LaunchOp {
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, tier0_kernel<T, VEC>(plan.items), args);
     }
+    const Tier1Args shape = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
+                             int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
+                             plan.stash};
     if (plan.tier == 2) {
       if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
       }
       const void* kernel = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
       prepare_tier1(kernel);
-      auto* counters = static_cast<unsigned*>(ws.counters);
-      auto* partials = static_cast<float4*>(ws.partials);
-      GridArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
-                    int(plan.slice_vecs), plan.cluster, int(plan.grid / plan.cluster), plan.stage, float(1.0 / n),
-                    p.eps, plan.stash, partials, counters};
+      GridArgs a = {shape, plan.cluster, int(plan.grid / plan.cluster), static_cast<float4*>(ws.partials),
+                    static_cast<unsigned*>(ws.counters)};
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, kernel, args);
     }
     const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0);
     prepare_tier1(kernel);
-    Tier1Args a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
-                   int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps, plan.stash};
+    Tier1Args a = shape;
     args[4] = &a;
     return cudaLaunchKernelExC(&cfg, kernel, args);
   }

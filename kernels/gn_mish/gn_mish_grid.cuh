@@ -14,6 +14,7 @@
 // (tier 1's normalize_slice: registers, stash, re-reads). After its stores are issued, thread 0 counts out on the
 // departure counter: the last CTA out resets both counters, so every launch, of any S, finds them at zero. Global
 // memory from the host: 2 counters per group (zero before the first launch) and S 16-byte partials per group.
+// GridArgs carries tier 1's Tier1Args (one launch-side construction for both tiers) plus the barrier's fields.
 #pragma once
 
 #include "gn_mish_tier1.cuh"
@@ -21,17 +22,9 @@
 namespace gn_mish::detail {
 
 struct GridArgs {
-  int num_groups;        // B * G
-  FastDiv G;             // groups per sample
-  int cg;                // channels per group
-  FastDiv L;             // channel length
-  int n, nv;             // elements and vectors per group
-  int slice_vecs;        // vectors per CTA
+  Tier1Args t;           // shape, slice, staging, eps and stash as tier 1 takes them (cluster_shift unused)
   int ctas;              // S: CTAs per group (<= 32)
   int slots;             // grid / S: groups in flight
-  int stage;             // channels staged in shared memory per CTA (0: gamma/beta read through L1)
-  float inv_n, eps;
-  int stash;             // vectors per thread kept in shared memory
   float4* partials;      // [num_groups][ctas]: (count, mean, M2, 0) of each CTA's slice
   unsigned* counters;    // [num_groups][2]: arrivals, departures; zero between launches
 };
@@ -68,26 +61,27 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_grid_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                         T* __restrict__ y, GridArgs a) {
   using P = Pack<T, VEC>;
+  const Tier1Args& t = a.t;
   extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the stash
   __shared__ Stats warp_part[kMaxThreads / kWarp];
   const int slot = int(blockIdx.x) / a.ctas;
   const int rank = int(blockIdx.x) - slot * a.ctas;
   const int lane = threadIdx.x & (kWarp - 1);
-  const int v_begin = min(a.nv, rank * a.slice_vecs);
-  const int v_end = min(a.nv, v_begin + a.slice_vecs);
+  const int v_begin = min(t.nv, rank * t.slice_vecs);
+  const int v_end = min(t.nv, v_begin + t.slice_vecs);
   const int chunk = int(blockDim.x) * ITEMS;
-  const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, a.stash};
-  const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));
-  P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
+  const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, t.stash};
+  const int c_low = int(t.L.div(uint32_t(v_begin * VEC)));
+  P* stash = reinterpret_cast<P*>(staged + (2 * t.stage + 3) / 4 * 4) + threadIdx.x;
 
-  for (int group = slot; group < a.num_groups; group += a.slots) {  // uniform over the CTA
-    const P* src = reinterpret_cast<const P*>(x + int64_t(group) * a.n);
-    P* dst = reinterpret_cast<P*>(y + int64_t(group) * a.n);
-    const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
-    const Affine<T> af = {a.L, a.stage, c_low, staged, gamma + c_first, beta + c_first};
+  for (int group = slot; group < t.num_groups; group += a.slots) {  // uniform over the CTA
+    const P* src = reinterpret_cast<const P*>(x + int64_t(group) * t.n);
+    P* dst = reinterpret_cast<P*>(y + int64_t(group) * t.n);
+    const int c_first = (group - int(t.G.div(group)) * int(t.G.d)) * t.cg;
+    const Affine<T> af = {t.L, t.stage, c_low, staged, gamma + c_first, beta + c_first};
     P raw[ITEMS];
     const Stats mine = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, false,
-                                                       [&] { stage_affine(af, a.cg, staged); });
+                                                       [&] { stage_affine(af, t.cg, staged); });
     const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
     if (threadIdx.x == 0) group_arrive_wait(a, group, rank, cta);
     __syncthreads();  // thread 0 has acquired the S partials for the CTA
@@ -98,9 +92,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     const Stats total = warp_allreduce(part);
     normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
-                                           fast_rsqrt(total.m2 * a.inv_n + a.eps), false);
+                                           fast_rsqrt(total.m2 * t.inv_n + t.eps), false);
     if (threadIdx.x == 0) group_depart(a, group);
-    if (group + a.slots < a.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
+    if (group + a.slots < t.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
   }
 }
 
