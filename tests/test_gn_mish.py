@@ -308,7 +308,7 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7]
+    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2]
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -335,7 +335,7 @@ PLAN_CHECK_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0;
+static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0, in_smem = 0;
 #define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
   printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
 
@@ -358,6 +358,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   streaming += pl.chunks > 1;
   stashed += pl.stash > 0;
   grid += pl.tier == 2;
+  in_smem += pl.smem_slice;
   EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
   std::vector<unsigned char> hits(size_t(nv), 0);
   if (pl.tier == 0) {
@@ -391,7 +392,14 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     }
     EXPECT(pl.threads <= lim.max_threads && (!lim.t1_threads || pl.threads == std::min(lim.t1_threads,
            lim.max_threads / kWarp * kWarp)), "%s: threads %d", what, pl.threads);
-    EXPECT(pl.items == tier1_items_full(vec) || pl.items == tier1_items_half(vec), "%s: items", what);
+    if (pl.smem_slice) {  // gn_mish_smem.cuh: one pass of blockDim-strided vectors, the slice in shared memory
+      EXPECT(pl.tier == 1 && lim.t1_smem >= 0 && !pl.persistent && pl.stash == 0 && pl.chunks == 1 && vec > 1 &&
+             pl.threads <= kSmemSliceThreads && pl.items == int(ceil_div(pl.slice_vecs, pl.threads)) &&
+             pl.items <= 2 * kSmemSliceItems && pl.smem_bytes == stash_offset(pl.stage) + pl.slice_vecs * 16 &&
+             pl.smem_bytes + kStaticSmemBound <= dev.smem_optin, "%s: smem-slice plan", what);
+    } else {
+      EXPECT(pl.items == tier1_items_full(vec) || pl.items == tier1_items_half(vec), "%s: items", what);
+    }
     EXPECT(pl.slice_vecs * k >= nv && pl.stage <= kStageMaxChannels, "%s", what);
     if (pl.persistent && !t2) {  // clusters loop over groups c, c + C, ...; one register chunk, one staged chan/thread
       EXPECT(lim.t1_persistent && pl.items == tier1_items_half(vec) && pl.chunks == 1 &&
@@ -403,7 +411,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
     }
     EXPECT(pl.smem_bytes >= pl.stage * 8 && pl.smem_bytes <= std::max(pl.stage * 8, dev.smem_optin -
            kStaticSmemBound), "%s: smem %d", what, pl.smem_bytes);
-    if (lim.t1_ctas_per_sm > 0 && pl.smem_bytes > pl.stage * 8)  // one more CTA must not fit on the SM
+    if (lim.t1_ctas_per_sm > 0 && pl.smem_bytes > pl.stage * 8 && !pl.smem_slice)  // one more CTA must not fit
       EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound / 2 + dev.smem_reserved) * (lim.t1_ctas_per_sm + 1) >
              dev.smem_per_sm, "%s: residency cap", what);
     EXPECT(pl.stash >= 0 && pl.stash <= std::max(0, (pl.chunks - 1) * pl.items) && (pl.stash == 0 ||
@@ -434,6 +442,10 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
         const int lo = int(Ld.div(uint32_t(v_begin * vec))), hi = int(Ld.div(uint32_t(v_end * vec - 1)));
         EXPECT(hi - lo < pl.stage && hi < cg, "%s: staged %d channels, slice spans %d", what, pl.stage, hi - lo + 1);
       }
+      if (pl.smem_slice) {
+        for (int v = v_begin; v < v_end; ++v) ++hits[size_t(v)];  // thread (v - v_begin) % threads, any order
+        continue;
+      }
       for (int ci = 0; ci < chunks; ++ci)
         for (int t = 0; t < pl.threads; ++t)
           for (int j = 0; j < pl.items; ++j) {
@@ -462,9 +474,9 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
+    if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash,
-              &k.t2, &k.t2_ctas) != 11) return 2;
+              &k.t2, &k.t2_ctas, &k.t1_smem) != 12) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -483,8 +495,8 @@ int main() {
             check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
           }
     }
-  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2), %d failures\n", checked,
-         persistent, streaming, stashed, grid, failures);
+  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2, %ld in shared memory), "
+         "%d failures\n", checked, persistent, streaming, stashed, grid, in_smem, failures);
   return failures ? 1 : 0;
 }
 """
@@ -507,6 +519,9 @@ def _plan_knobs(tune) -> list[list[int]]:
     sets += [tuning(max_threads=mt, t1_threads=t, t1_items=i, t1_ctas_per_sm=r, t1_stash=st, t2=t2, t2_ctas=s)
              for mt in (1024, 256) for t in (0, 96, 512) for i in (0, 4) for r in (0, 2) for st in (-1, 0, 3)
              for t2 in (-1, 1) for s in (0, 1, 3, 32)]
+    sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_smem=m, t2=t2)
+             for mt in (1024, 256) for mc in (16, 4, 1) for t in (0, 64, 96, 256) for r in (0, 3) for m in (-1, 1, 2)
+             for t2 in (-1, 0)]
     return [s.as_list() for s in dict.fromkeys(sets)]
 
 
@@ -525,15 +540,17 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
              *(" ".join(map(str, k)) for k in knobs)]
     run = subprocess.run([str(exe)], input="\n".join(lines), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
-    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed, (\d+) tier 2",
-                       run.stdout)
-    checked, persistent, streaming, stashed, grid = map(int, counts.groups())
-    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed, grid) > 1000, run.stdout
+    counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed, (\d+) tier 2, "
+                       r"(\d+) in shared memory", run.stdout)
+    checked, persistent, streaming, stashed, grid, in_smem = map(int, counts.groups())
+    assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed, grid, in_smem) > 1000, \
+        run.stdout
 
 
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <11 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash.
+// "B C L G vec <12 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash
+// smem_slice.
 #include <algorithm>
 #include <cstdio>
 #include "gn_mish_plan.cuh"
@@ -543,15 +560,15 @@ int main() {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
                (long long*)&p.channels, (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster,
                &k.t0_threads, &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_stash, &k.t2, &k.t2_ctas) == 16) {
+               &k.t1_stash, &k.t2, &k.t2_ctas, &k.t1_smem) == 17) {
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; },
                                 [](int threads, int smem) { return std::min({65536 / (threads * 64), 2048 / threads,
                                                                              233472 / (smem + 512 + 1024)}); });
-    printf("%d %d %d %d %d %d %d %lld %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta, pl.cluster,
-           pl.items, pl.chunks, (long long)pl.grid, pl.stash);
+    printf("%d %d %d %d %d %d %d %lld %d %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta,
+           pl.cluster, pl.items, pl.chunks, (long long)pl.grid, pl.stash, pl.smem_slice);
   }
   return 0;
 }
@@ -559,26 +576,27 @@ int main() {
 
 # The default plan on the H200 vs _tune.py's measurements there (graph mode for tier 0, cold for tier 1; us):
 # shape -> (the _tune.py configuration whose plan the default must equal, its time, the best time and config),
-# then the plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid). Rule: NOTES.md.
+# then the plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash, smem_slice).
+# Rule: NOTES.md.
 H200_DEFAULTS = {
-    "b1_c256_l16_g8": ("t0=128", 1.81, 1.81, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
-    "b1_c512_l8_g8": ("t0=128", 1.77, 1.77, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
-    "b1_c1024_l4_g8": ("t0=128", 1.86, 1.79, "t0=128,2/cta", (0, 128, 128, 1, 1, 1, 1, 8, 0)),
-    "b1_c512_l4_g8": ("t0=64,2/cta", 1.74, 1.71, "t0=64", (0, 128, 64, 2, 1, 1, 1, 4, 0)),
-    "b1_c256_l8_g8": ("t0=64,2/cta", 1.67, 1.67, "t0=64,2/cta", (0, 128, 64, 2, 1, 1, 1, 4, 0)),
-    "b64_c256_l16_g8": ("t0=64,2/cta", 2.25, 2.25, "t0=64,2/cta", (0, 128, 64, 2, 1, 2, 1, 256, 0)),
-    "b64_c512_l4_g8": ("warp", 2.01, 2.01, "warp", (0, 128, 32, 4, 1, 2, 1, 128, 0)),
-    "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096, 0)),
-    "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048, 0)),
-    "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096, 0)),
-    "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024, 0)),
+    "b1_c256_l16_g8": ("t0=128", 1.81, 1.81, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0, 0)),
+    "b1_c512_l8_g8": ("t0=128", 1.77, 1.77, "t0=128", (0, 128, 128, 1, 1, 1, 1, 8, 0, 0)),
+    "b1_c1024_l4_g8": ("t0=128", 1.86, 1.79, "t0=128,2/cta", (0, 128, 128, 1, 1, 1, 1, 8, 0, 0)),
+    "b1_c512_l4_g8": ("t0=64,2/cta", 1.74, 1.71, "t0=64", (0, 128, 64, 2, 1, 1, 1, 4, 0, 0)),
+    "b1_c256_l8_g8": ("t0=64,2/cta", 1.67, 1.67, "t0=64,2/cta", (0, 128, 64, 2, 1, 1, 1, 4, 0, 0)),
+    "b64_c256_l16_g8": ("t0=64,2/cta", 2.25, 2.25, "t0=64,2/cta", (0, 128, 64, 2, 1, 2, 1, 256, 0, 0)),
+    "b64_c512_l4_g8": ("warp", 2.01, 2.01, "warp", (0, 128, 32, 4, 1, 2, 1, 128, 0, 0)),
+    "b64_c512_l1024_g8": ("t1=256", 86.94, 86.94, "default", (1, 256, 0, 1, 8, 8, 1, 4096, 0, 1)),
+    "b64_c1024_l1024_g8": ("k<=4,t1=512", 166.98, 166.98, "k<=4,t1=512", (1, 512, 0, 1, 4, 8, 2, 2048, 0, 0)),
+    "b64_c2048_l1024_g8": ("k<=8,t1=512", 329.70, 329.70, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 4096, 0, 0)),
+    "b16_c1024_l2048_g8": ("k<=8,t1=512", 92.74, 92.74, "k<=8,t1=512", (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0)),
     # tier 2 (_tune.py --only grid at 55c48d4, H200): 8 CTAs per group, 16 groups in flight, 4 rounds
-    "b8_c2048_l4096_g8": ("t2,s=8", 177.50, 177.50, "t2,s=8", (2, 1024, 0, 1, 8, 8, 4, 128, 14)),
-    "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128, 0)),
-    "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0)),
-    "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0)),
-    "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14)),  # stash
-    "b1_c2048_l1024_g8": ("t2", 12.11, 12.11, "t2", (2, 512, 0, 1, 16, 8, 1, 128, 0)),  # tier 2: 16 CTAs per group
+    "b8_c2048_l4096_g8": ("t2,s=8", 177.50, 177.50, "t2,s=8", (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0)),
+    "b8_c256_l1024_g8": ("k<=2,t1=512", 11.01, 11.01, "k<=2,t1=512", (1, 512, 0, 1, 2, 8, 1, 128, 0, 0)),
+    "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0)),
+    "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0, 0)),
+    "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14, 0)),  # stash
+    "b1_c2048_l1024_g8": ("t2", 12.11, 12.11, "t2", (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # tier 2: 16 CTAs per group
 }
 
 
@@ -634,29 +652,34 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
     where 8 CTAs suffice)."""
     default = _fused_module().Tuning().as_list()
-    # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash)
+    # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash,
+    # smem_slice)
     cases = {
-        ((8, 256, 16, 8), 4): (0, 128, 128, 1, 1, 1, 1, 64, 0),      # 64 groups <= 132 SMs: 1 vector per thread
-        ((17, 256, 16, 8), 4): (0, 128, 64, 2, 1, 2, 1, 68, 0),      # 136 groups > 132: 2 per thread
-        ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2, 0),         # n = 128: a warp per group, 4 per CTA
-        ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8, 0),       # n = 1024 (256 vectors): a 256-thread CTA
-        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048, 0),   # bf16: 64 elements, fp32's 128 bytes per thread
-        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0),    # 64 groups: 2 x 1024 on 128 SMs
-        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0),      # few, < 64K vectors: tier 1, 4 x 256 holds
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # it, split to K = 8; 16 x 256 > K <= 8: 8 x 512
-        ((1, 2048, 1024, 8), 4): (2, 512, 0, 1, 16, 8, 1, 128, 0),   # 64K vectors, 8 groups <= SMs / 8: tier 2, 16
+        ((8, 256, 16, 8), 4): (0, 128, 128, 1, 1, 1, 1, 64, 0, 0),      # 64 groups <= 132 SMs: 1 vector per thread
+        ((17, 256, 16, 8), 4): (0, 128, 64, 2, 1, 2, 1, 68, 0, 0),      # 136 groups > 132: 2 per thread
+        ((1, 64, 16, 8), 4): (0, 128, 32, 4, 1, 1, 1, 2, 0, 0),         # n = 128: a warp per group, 4 per CTA
+        ((1, 1024, 8, 8), 4): (0, 256, 256, 1, 1, 1, 1, 8, 0, 0),       # n = 1024 (256 vectors): a 256-thread CTA
+        ((64, 512, 1024, 8), 8): (1, 256, 0, 1, 4, 8, 1, 2048, 0, 1),  # bf16: 64 elements, fp32's 128 bytes per
+        # thread; 2048 CTAs > one wave of 528 register-kernel CTAs: the slice in shared memory
+        ((64, 256, 1024, 8), 4): (1, 256, 0, 1, 4, 8, 1, 2048, 0, 1),  # fp32, the same
+        ((66, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 528, 0, 0),    # 528 CTAs: one wave, registers
+        ((67, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 536, 0, 1),    # 536: more than one wave
+        ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0),    # 64 groups: 2 x 1024 on 128 SMs
+        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0, 0),      # few, < 64K vectors: tier 1, 4 x 256 holds
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # it, split to K = 8; 16 x 256 > K <= 8: 8 x 512
+        ((1, 2048, 1024, 8), 4): (2, 512, 0, 1, 16, 8, 1, 128, 0, 0),   # 64K vectors, 8 groups <= SMs / 8: tier 2, 16
         # CTAs per group (one register chunk of 512 x 8)
-        ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0),     # bf16: 32K vectors, tier 1
-        ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14),  # fp32, tier 1 would re-read 251 MB: tier 2,
+        ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # bf16: 32K vectors, tier 1
+        ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0),  # fp32, tier 1 would re-read 251 MB: tier 2,
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
-        ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0),   # bf16: tier 1 (issue-bound store pass)
-        ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8),  # 16 x 1024, registers + 8 stash slots
-        ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0),  # 128 groups: many, streaming 8 x 512
-        ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
+        ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0, 0),   # bf16: tier 1 (issue-bound store pass)
+        ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 16 x 1024, registers + 8 stash slots
+        ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0),  # 128 groups: many, streaming 8 x 512
+        ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14, 0),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
         # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)
-        ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512, 0),     # n = 8192: one 256-thread CTA per group
-        ((12, 256, 256, 8), 4): (1, 256, 0, 1, 2, 8, 1, 192, 0),     # 96 groups < SMs, one CTA each: split in two
-        ((8, 512, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 4, 128, 14),  # re-reads 50 MB > L2 / 2: stash 14 of 24
+        ((64, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 512, 0, 0),     # n = 8192: one 256-thread CTA per group
+        ((12, 256, 256, 8), 4): (1, 256, 0, 1, 2, 8, 1, 192, 0, 0),     # 96 groups < SMs, one CTA each: split in two
+        ((8, 512, 4096, 8), 4): (1, 1024, 0, 1, 2, 8, 4, 128, 14, 0),  # re-reads 50 MB > L2 / 2: stash 14 of 24
     }
     plans = plan_printer([(shape, vec, default) for shape, vec in cases])
     for (key, expected), plan in zip(cases.items(), plans):
@@ -757,6 +780,32 @@ def test_fused_stash_matches_reference(registry, fam, stash, dtype):
             assert 0 < plan["stash"] <= useful and plan["smem_bytes"] >= plan["stash"] * 256 * 16, plan
         else:
             assert plan["stash"] == (0 if stash <= 0 else min(stash, useful)), plan
+
+
+SMEM_KNOBS = {  # label -> knobs: the slice in shared memory with the plan's CTAs, half of them (twice the vectors
+    # per thread), 128-thread CTAs, 3-warp CTAs (the CTA merge's unequal-width path) with half the CTAs
+    "same": {"t1_smem": 1}, "half": {"t1_smem": 2}, "t=128": {"t1_smem": 1, "t1_threads": 128},
+    "t=96,half": {"t1_smem": 2, "t1_threads": 96}}
+
+
+@gpu_test
+@pytest.mark.parametrize("label", list(SMEM_KNOBS))
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_fused_smem_slice_matches_reference(registry, fam, label, dtype):
+    """Tier 1 with the slices copied to shared memory (cp.async): clusters of 1-8 CTAs, slices that do not divide
+    evenly over the threads (unequal counts in the symmetric merges), vectors straddling channels (L = 250, 1001), one
+    CTA per group, and 320 groups (several waves)."""
+    tuning = _fused_module().Tuning(**SMEM_KNOBS[label], t2=-1)
+    shapes = [(2, 512, 256), (3, 64, 1000), (2, 128, 250), (64, 128, 256), (40, 256, 520), (4, 64, 1001)]
+    in_smem = set()
+    for B, C, L in shapes:
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=8), tuning)
+        assert plan["tier"] == 1, plan
+        if plan["smem_slice"]:
+            in_smem.add((B, C, L))
+            assert plan["chunks"] == 1 and plan["threads"] <= 256 and plan["vec"] > 1, plan
+            assert plan["smem_bytes"] >= plan["slice_vecs"] * 16 and plan["items"] <= 16, plan
+    assert len(in_smem) >= 4, in_smem
 
 
 TIER2_KNOBS = {  # label -> knobs: the rule's plan, odd S, 32 CTAs of one warp, small CTAs streaming past a 3-slot

@@ -66,7 +66,7 @@ TIER0_CONFIGS: dict[str, dict[str, int]] = {
 }
 # Tier 1 (clusters): CTA size (a small CTA whose cluster cannot hold the group streams: chunks re-read from L2),
 # elements per thread (t1_items counts vectors: 4 fp32 vectors = 16 elements), cluster cap, residency cap,
-# persistent double-buffered clusters.
+# persistent double-buffered clusters, the slice in shared memory (same CTAs, half the CTAs) or always in registers.
 TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default": {},
     "t1=128": {"t1_threads": 128},
@@ -88,6 +88,10 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
     "nostash": {"t1_stash": -1},
+    "regs": {"t1_smem": -1},
+    "smem": {"t1_smem": 1},
+    "smem/2": {"t1_smem": 2},
+    "t1=128,smem": {"t1_threads": 128, "t1_smem": 1},
 }
 # --only stash: the default rule against no stash, the most that fits, and 4 vectors; 8 x 128-thread CTAs for 16-bit.
 STASH_CONFIGS: dict[str, dict[str, int]] = {

@@ -45,6 +45,9 @@ class Tuning:
     t2: 1 = tier 2 wherever it can be resident (a group over up to 32 CTAs that meet through global memory, the grid
     resident and looping over groups, slices in registers plus a shared-memory stash), -1 = never, 0 = the rule;
     t2_ctas: tier 2 CTAs per group, 1..32 (0: the rule).
+    t1_smem: a one-chunk tier 1 plan of <= 256-thread CTAs copies its slices to shared memory instead of holding them
+    in registers (40 registers per thread: more CTAs and bytes in flight per SM): 1 = with the same CTAs, 2 = with half
+    the CTAs per group and twice the vectors each, -1 = never, 0 = the rule.
     """
 
     max_threads: int = 1024
@@ -58,6 +61,7 @@ class Tuning:
     t1_stash: int = 0
     t2: int = 0
     t2_ctas: int = 0
+    t1_smem: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -89,6 +93,8 @@ class Tuning:
             problems.append(f"t2={self.t2} is not -1, 0 or 1")
         if not 0 <= self.t2_ctas <= 32:
             problems.append(f"t2_ctas={self.t2_ctas} not in 0..32")
+        if self.t1_smem not in (-1, 0, 1, 2):
+            problems.append(f"t1_smem={self.t1_smem} is not -1, 0, 1 or 2")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 

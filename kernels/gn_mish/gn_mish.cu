@@ -31,6 +31,7 @@
 #include "gn_mish_grid.cuh"
 #include "gn_mish_persistent.cuh"
 #include "gn_mish_plan.cuh"
+#include "gn_mish_smem.cuh"
 #include "gn_mish_tier0.cuh"
 #include "gn_mish_tier1.cuh"
 
@@ -164,6 +165,23 @@ const void* tier1_kernel(bool persistent, int items, bool stash) {
                         : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false>);
 }
 
+// The shared-memory-slice kernel of a plan (16-byte vectors only): 6 CTAs per SM up to 8 vectors per thread, else 3.
+template <typename T, int VEC>
+const void* smem_kernel(int items) {
+  if constexpr (VEC > 1) {
+    return items <= kSmemSliceItems ? reinterpret_cast<const void*>(gn_mish_smem_kernel<T, VEC, 6>)
+                                    : reinterpret_cast<const void*>(gn_mish_smem_kernel<T, VEC, 3>);
+  }
+  return nullptr;
+}
+
+// The tier-1 kernel of any tier-1 plan.
+template <typename T, int VEC>
+const void* tier1_plan_kernel(const Plan& plan) {
+  return plan.smem_slice ? smem_kernel<T, VEC>(plan.items) : tier1_kernel<T, VEC>(plan.persistent, plan.items,
+                                                                                 plan.stash > 0);
+}
+
 template <typename T, int VEC>
 const void* grid_kernel(int items, bool stash) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
@@ -246,7 +264,8 @@ struct LaunchOp {
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, kernel, args);
     }
-    const void* kernel = tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0);
+    const void* kernel = tier1_plan_kernel<T, VEC>(plan);
+    if (kernel == nullptr) return cudaErrorInvalidValue;
     prepare_tier1(kernel);
     Tier1Args a = shape;
     args[4] = &a;
@@ -260,8 +279,8 @@ struct ResidentOp {
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
             : plan.tier == 2 ? resident_memo(grid_kernel<T, VEC>(plan.items, plan.stash > 0), plan.threads, 1,
                                              plan.smem_bytes)
-                             : resident_memo(tier1_kernel<T, VEC>(plan.persistent, plan.items, plan.stash > 0),
-                                             plan.threads, plan.cluster, plan.smem_bytes);
+                             : resident_memo(tier1_plan_kernel<T, VEC>(plan), plan.threads, plan.cluster,
+                                             plan.smem_bytes);
     return cudaSuccess;
   }
 };

@@ -39,6 +39,9 @@ struct Limits {
                               // wherever it can be resident, -1 = never, 0 = the measured rule
   int t2_ctas = 0;            // tier 2 CTAs per group, 1..32; 0: the rule (few groups: spread over the SMs; else
                               // the fewest whose CTAs in flight re-read at most half the L2)
+  int t1_smem = 0;            // tier 1 one-chunk plans of <= 256-thread CTAs: the slice in shared memory, not
+                              // registers (gn_mish_smem.cuh): 1 = same CTAs, 2 = half the CTAs per group with twice
+                              // the vectors each; -1 = never; 0 = the measured rule
 };
 
 // How one call maps onto the GPU.
@@ -61,6 +64,7 @@ struct Plan {
   int stash = 0;           // tiers 1, 2: vectors per thread (the oldest chunks' first) kept in shared memory
   int64_t counter_bytes = 0;  // tier 2: the groups' arrival/departure counters (Workspace::counters)
   int64_t partial_bytes = 0;  // tier 2: the CTAs' partial statistics (Workspace::partials)
+  int smem_slice = 0;      // tier 1: 1 = the slice is copied to shared memory (smem_bytes), not held in registers
 };
 
 // Tier 2's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at

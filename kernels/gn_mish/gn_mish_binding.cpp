@@ -45,7 +45,7 @@ gn_mish::Limits limits_of(const std::vector<int64_t>& knobs) {
   gn_mish::Limits lim;
   int* fields[] = {&lim.max_threads, &lim.max_cluster, &lim.t0_threads,     &lim.t0_groups_per_cta,
                    &lim.t1_threads,  &lim.t1_items,     &lim.t1_ctas_per_sm, &lim.t1_persistent,
-                   &lim.t1_stash,    &lim.t2,           &lim.t2_ctas};
+                   &lim.t1_stash,    &lim.t2,           &lim.t2_ctas,        &lim.t1_smem};
   constexpr size_t kFields = sizeof(fields) / sizeof(fields[0]);
   TORCH_CHECK(knobs.empty() || knobs.size() == kFields, "gn_mish: expected ", kFields, " knobs, got ", knobs.size());
   for (size_t i = 0; i < knobs.size(); ++i) *fields[i] = static_cast<int>(knobs[i]);
@@ -129,6 +129,7 @@ std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, cons
           {"stash", pl.stash},
           {"counter_bytes", pl.counter_bytes},
           {"partial_bytes", pl.partial_bytes},
+          {"smem_slice", pl.smem_slice},
           {"resident_ctas", resident}};
 }
 

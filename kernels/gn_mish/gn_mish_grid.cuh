@@ -85,12 +85,13 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
     if (threadIdx.x == 0) group_arrive_wait(a, group, rank, cta);
     __syncthreads();  // thread 0 has acquired the S partials for the CTA
+    const bool pow2 = (a.ctas & (a.ctas - 1)) == 0;  // then every aligned group of S lanes holds all S partials
     Stats part = {0.f, 0.f, 0.f};
-    if (lane < a.ctas) {
-      const float4 q = __ldcg(a.partials + group * a.ctas + lane);
+    if (pow2 || lane < a.ctas) {
+      const float4 q = __ldcg(a.partials + group * a.ctas + (pow2 ? lane & (a.ctas - 1) : lane));
       part = {q.x, q.y, q.z};
     }
-    const Stats total = warp_allreduce(part);
+    const Stats total = warp_allreduce(part, pow2 ? a.ctas : kWarp);
     normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
                                            fast_rsqrt(total.m2 * t.inv_n + t.eps), false);
     if (threadIdx.x == 0) group_depart(a, group);

@@ -27,6 +27,8 @@ constexpr int kManyCtaThreads = 256;      // tier 1, many groups: 256-thread CTA
 constexpr int kManyStreamThreads = 512;   // ... else streaming through clusters of <= 8 CTAs of 512 threads
 constexpr int kGridMaxCtas = 32;          // tier 2: CTAs per group (one warp merges their partials)
 constexpr int64_t kGridFewMinVecs = 65536;  // tier 2 by default for few groups from 64K vectors (1 MB) per group
+constexpr int kSmemSliceThreads = 256;    // tier 1 with the slice in shared memory: CTAs of <= 256 threads ...
+constexpr int kSmemSliceItems = 8;        // ... of <= 8 vectors per thread run 6 CTAs per SM (40 registers), more 3
 
 // Tier 0 CTA size cap for a number of vectors per thread: 4 and 8 need more than the 64 registers that a
 // 1024-thread CTA leaves per thread.
@@ -92,7 +94,7 @@ inline bool limits_ok(const Limits& l) {
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
          (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1 && l.t2 >= -1 && l.t2 <= 1 &&
-         l.t2_ctas >= 0 && l.t2_ctas <= kGridMaxCtas;
+         l.t2_ctas >= 0 && l.t2_ctas <= kGridMaxCtas && l.t1_smem >= -1 && l.t1_smem <= 2;
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -390,6 +392,41 @@ inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, i
   return in_flight * t1.threads * 16 * ((t1.chunks - 1) * t1.items - t1.stash) > dev.l2_bytes / 2;
 }
 
+// Tier 1 with the slice in shared memory (gn_mish_smem.cuh) for a one-chunk plan of <= 256-thread CTAs and 16-byte
+// vectors: t1_smem = 1 keeps the clusters (8 vectors per thread: 6 CTAs of 40 registers per SM instead of 4 of 64),
+// 2 halves the CTAs per group (16 vectors per thread, 64 KB per 256-thread CTA: 3 per SM, half the reductions).
+// The rule (t1_smem = 0): same CTAs when the launch is more than one wave of the register kernel (more CTAs per SM
+// is what the shared-memory slice buys), measured on an H200 (NOTES.md "The slice in shared memory"): b64_c256_l1024
+// 39.8 -> 39.0 us, b64_c512_l1024 80.0 -> 75.3, b64_c1024_l256 40.2 -> 38.4, bf16 b64_c512_l1024 46.4 -> 45.2, fp16
+// 45.6 -> 43.7; one wave stays in registers (b64_c256_l256, 512 CTAs of one per group: 13.0 vs 14.1; B = 1, 64 CTAs:
+// 7.3 vs 7.3). Unchanged when the slice does not fit the CTA's shared memory.
+inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInfo& dev, Plan* pl) {
+  if (lim.t1_smem < 0 || pl->tier != 1 || pl->persistent || pl->chunks != 1 || pl->vec == 1 ||
+      pl->threads > kSmemSliceThreads || dev.smem_optin == 0) {
+    return;
+  }
+  const bool waves = lim.t1_ctas_per_sm == 0 && pl->grid > int64_t(ctas_per_sm(lim, pl->threads)) * dev.sms;
+  const int mode = lim.t1_smem > 0 ? lim.t1_smem : waves ? 1 : 0;
+  if (mode == 0) return;
+  Plan q = *pl;
+  if (mode == 2 && q.cluster > 1) {
+    const int64_t nv = p.channels / p.groups * p.length / q.vec;
+    q.grid /= q.cluster;
+    q.cluster /= 2;
+    q.grid *= q.cluster;
+    q.slice_vecs = ceil_div(nv, q.cluster);
+  }
+  q.items = int(ceil_div(q.slice_vecs, q.threads));
+  const int64_t span = slice_channels(p, q.slice_vecs, q.vec);
+  q.stage = span <= kStageMaxChannels ? int(span) : 0;
+  q.stash = 0;
+  const int64_t bytes = stash_offset(q.stage) + q.slice_vecs * 16;
+  if (bytes + kStaticSmemBound > dev.smem_optin) return;
+  q.smem_bytes = int(bytes);
+  q.smem_slice = 1;
+  *pl = q;
+}
+
 template <typename Fits16, typename Clusters, typename GridResident>
 Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, Fits16&& fits16,
                  Clusters&& clusters, GridResident&& grid_resident) {
@@ -405,6 +442,7 @@ Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int
     if (lim.t2 == 0 && grid_by_default(lim, dev, vec, nv, groups, out)) {
       plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out);  // unchanged if it cannot be resident
     }
+    plan_smem_slice(p, lim, dev, &out);
   }
   return out;
 }

@@ -131,8 +131,13 @@ __device__ __forceinline__ Stats cta_reduce_publish(Stats s, int cluster, bool w
   s = warp_allreduce(s);
   if (lane == 0) warp_part[threadIdx.x / kWarp] = s;
   __syncthreads();  // also publishes the staged gamma/beta
-  Stats t = lane < int(blockDim.x / kWarp) ? warp_part[lane] : Stats{0.f, 0.f, 0.f};
-  t = warp_allreduce(t);
+  const int warps = int(blockDim.x / kWarp);
+  Stats t;
+  if ((warps & (warps - 1)) == 0) {  // every aligned group of `warps` lanes holds all the warps' partials
+    t = warp_allreduce(warp_part[lane & (warps - 1)], warps);
+  } else {
+    t = warp_allreduce(lane < warps ? warp_part[lane] : Stats{0.f, 0.f, 0.f});
+  }
   if (cluster > 1) {
     if (wait_previous) cluster_wait();
     if (threadIdx.x == 0) *cta_part = t;
@@ -155,8 +160,7 @@ __device__ __forceinline__ Stats cluster_collect(Stats cta, int cluster, Stats* 
   const int lane = threadIdx.x & (kWarp - 1);
   cluster_wait();
   cg::cluster_group cl = cg::this_cluster();
-  Stats u = lane < cluster ? *cl.map_shared_rank(cta_part, lane) : Stats{0.f, 0.f, 0.f};
-  u = warp_allreduce(u);
+  const Stats u = warp_allreduce(*cl.map_shared_rank(cta_part, lane & (cluster - 1)), cluster);  // K: a power of 2
   cluster_arrive<false>();  // the remote reads are done: their values are in u
   return u;
 #else
