@@ -190,13 +190,16 @@ __device__ __noinline__ Pack<T, VEC> normalize_straddling(Pack<T, VEC> in, int c
   return out;
 }
 
-// Normalise, affine and mish one vector whose first element sits at offset r of channel c (of the group);
-// g0, b0 are that channel's gamma/beta, fetched early by the caller.
+// Normalise, affine and mish one vector that lies within one channel, whose gamma/beta are g0, b0. Branch-free:
+// where the caller knows no vector straddles a channel (L % VEC == 0), a thread's vectors are straight-line code
+// that the scheduler interleaves (with normalize_vec's out-of-line straddling call in between, each vector's
+// ~270-cycle chain ran after the previous one: H200 trace, B = 1, 0.14 us per vector per thread). Used by tier 0
+// (Push-T graph 1-5 % faster) and the shared-memory slice (1.5-3 %); the register-resident tier-1/2 kernels keep
+// normalize_vec: interleaved, their 16-bit instantiations spilled 36-56 B at the 64-register cap and streaming
+// plans ran 1.5-5 % slower (H200 A/B, NOTES.md).
 template <typename T, int VEC>
-__device__ __forceinline__ Pack<T, VEC> normalize_vec(const Pack<T, VEC>& in, int c, int r, int L, float g0,
-                                                      float b0, const T* __restrict__ gamma_g,
-                                                      const T* __restrict__ beta_g, float mean, float rstd) {
-  if (VEC > 1 && r + VEC > L) return normalize_straddling<T, VEC>(in, c, r, L, gamma_g, beta_g, mean, rstd);
+__device__ __forceinline__ Pack<T, VEC> normalize_whole(const Pack<T, VEC>& in, float g0, float b0, float mean,
+                                                        float rstd) {
   Pack<T, VEC> out;
   const float s = g0 * rstd;
   if constexpr (VEC % 2 == 0) {
@@ -208,6 +211,16 @@ __device__ __forceinline__ Pack<T, VEC> normalize_vec(const Pack<T, VEC>& in, in
     for (int k = 0; k < VEC; ++k) out.set(k, mish(fmaf(in.get(k) - mean, s, b0)));
   }
   return out;
+}
+
+// Normalise, affine and mish one vector whose first element sits at offset r of channel c (of the group);
+// g0, b0 are that channel's gamma/beta, fetched early by the caller.
+template <typename T, int VEC>
+__device__ __forceinline__ Pack<T, VEC> normalize_vec(const Pack<T, VEC>& in, int c, int r, int L, float g0,
+                                                      float b0, const T* __restrict__ gamma_g,
+                                                      const T* __restrict__ beta_g, float mean, float rstd) {
+  if (VEC > 1 && r + VEC > L) return normalize_straddling<T, VEC>(in, c, r, L, gamma_g, beta_g, mean, rstd);
+  return normalize_whole<T, VEC>(in, g0, b0, mean, rstd);
 }
 
 }  // namespace gn_mish::detail

@@ -86,12 +86,25 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
                                      &cta_part);
   const float mean = total.mean, rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
   const int L = int(af.L.d);
+  auto affine = [&](int c, float& g0, float& b0) {
+    g0 = af.stage ? af.staged[c - af.c_low] : to_float(__ldg(af.gamma_g + c));
+    b0 = af.stage ? af.staged[af.stage + c - af.c_low] : to_float(__ldg(af.beta_g + c));
+  };
+  if (L % VEC == 0) {  // no vector straddles a channel: branch-free bodies the scheduler interleaves
+#pragma unroll 4
+    for (int v = first; v < v_end; v += stride) {
+      float g0, b0;
+      affine(int(af.L.div(uint32_t(v * VEC))), g0, b0);
+      dst[v] = normalize_whole<T, VEC>(slice[v], g0, b0, mean, rstd);
+    }
+  } else {
 #pragma unroll 2
-  for (int v = first; v < v_end; v += stride) {
-    const int c = int(af.L.div(uint32_t(v * VEC)));
-    const float g0 = af.stage ? af.staged[c - af.c_low] : to_float(__ldg(af.gamma_g + c));
-    const float b0 = af.stage ? af.staged[af.stage + c - af.c_low] : to_float(__ldg(af.beta_g + c));
-    dst[v] = normalize_vec<T, VEC>(slice[v], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
+    for (int v = first; v < v_end; v += stride) {
+      const int c = int(af.L.div(uint32_t(v * VEC)));
+      float g0, b0;
+      affine(c, g0, b0);
+      dst[v] = normalize_vec<T, VEC>(slice[v], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
+    }
   }
   if (cluster > 1) cluster_wait();  // peers have finished reading this CTA's partial
 }

@@ -107,12 +107,20 @@ __global__ void __launch_bounds__(tier0_max_cta(ITEMS)) gn_mish_group_kernel(con
     }
   }
   const float rstd = fast_rsqrt(group_sum(sq, local, wpg, part_sq) * a.inv_n + a.eps);
+  if (L % VEC == 0) {  // no vector straddles a channel: branch-free bodies the scheduler interleaves
 #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    const int v = t + j * tpg;
-    if (v < nv) {
-      const int r = v * VEC - chan[j] * L;
-      dst[v] = normalize_vec<T, VEC>(raw[j], chan[j], r, L, g0[j], b0[j], gamma_g, beta_g, mean, rstd);
+    for (int j = 0; j < ITEMS; ++j) {
+      const int v = t + j * tpg;
+      if (v < nv) dst[v] = normalize_whole<T, VEC>(raw[j], g0[j], b0[j], mean, rstd);
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      const int v = t + j * tpg;
+      if (v < nv) {
+        const int r = v * VEC - chan[j] * L;
+        dst[v] = normalize_vec<T, VEC>(raw[j], chan[j], r, L, g0[j], b0[j], gamma_g, beta_g, mean, rstd);
+      }
     }
   }
 }
