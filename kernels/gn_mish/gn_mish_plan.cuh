@@ -16,7 +16,8 @@ constexpr int kMaxCluster = 16;           // non-portable: used only when the oc
 constexpr int kTier0MaxVecs = 256;        // groups of <= 256 vectors (1024 fp32 / 2048 fp16 elements): tier 0
 constexpr int kTier0MaxItems = 8;         // tier 0 vectors per thread are compiled for 1, 2, 4, 8
 constexpr int kStageMaxChannels = 2048;   // tier 1 stages gamma/beta of up to this many channels per CTA
-constexpr int kStaticSmemBound = 512;     // >= the tier-1 kernel's static shared memory (408 B)
+constexpr int kStaticSmemBound = 672;     // >= static shared memory of the cluster (656 B), grid and smem-slice kernels
+constexpr int kPersistentStaticSmem = 800;  // >= the persistent kernel's (784 B)
 constexpr int kRegsPerSm = 65536;
 constexpr int kTier1Regs = 64;            // the tier-1 kernels' register cap (__launch_bounds__(1024, 1))
 constexpr int kThreadsPerSm = 2048;
@@ -189,6 +190,7 @@ bool plan_persistent(const Problem& p, const Limits& lim, const DeviceInfo& dev,
   const int64_t span = slice_channels(p, slice, vec);
   const int stage = span <= std::min(kStageMaxChannels, threads) ? int(span) : 0;  // one channel per thread
   const int smem = tier1_smem(lim, dev, 2 * stage * 2 * int(sizeof(float)));  // two groups' worth
+  if (smem + kPersistentStaticSmem > dev.smem_optin) return false;  // t1_ctas_per_sm = 1 pads for the others
   const int resident = clusters(threads, k, smem);
   if (resident < 1) return false;
   out->tier = 1;

@@ -40,10 +40,11 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
   using P = Pack<T, VEC>;
   extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the slice
   __shared__ Stats warp_part[kSmemSliceThreads / kWarp];
-  __shared__ Stats cta_part;
+  __shared__ ClusterExchange xchg;
   const int cluster = 1 << a.cluster_shift;
   const int group = int(blockIdx.x) >> a.cluster_shift;
   const int rank = int(blockIdx.x) & (cluster - 1);
+  if (cluster > 1) exchange_arm(xchg, cluster);
   const int v_begin = min(a.nv, rank * a.slice_vecs);
   const int v_end = min(a.nv, v_begin + a.slice_vecs);
   const int first = v_begin + int(threadIdx.x), stride = int(blockDim.x);
@@ -82,8 +83,8 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
     }
     mine = {float(count), mean, m2};
   }
-  const Stats total = cluster_collect(cta_reduce_publish(mine, cluster, false, warp_part, &cta_part), cluster,
-                                     &cta_part);
+  const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
+  const Stats total = cluster > 1 ? exchange(xchg, cta, cluster, rank) : cta;
   const float mean = total.mean, rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
   const int L = int(af.L.d);
   auto affine = [&](int c, float& g0, float& b0) {
@@ -106,7 +107,6 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
       dst[v] = normalize_vec<T, VEC>(slice[v], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
     }
   }
-  if (cluster > 1) cluster_wait();  // peers have finished reading this CTA's partial
 }
 
 }  // namespace gn_mish::detail
