@@ -10,17 +10,18 @@
 //   registers of a warp ... a CTA, shuffles plus at most two shared-memory steps; one short kernel whose time is
 //   one L2/DRAM round trip plus two small reductions.
 // Tier 1 (gn_mish_tier1.cuh), larger groups: a thread-block cluster of K CTAs (K <= 16, sm_90) per group, the
-//   group in the cluster's registers, partial statistics combined through distributed shared memory, so x is
-//   read from DRAM once; beyond the cluster's register capacity it streams (re-reads from L2, or from shared
-//   memory where a stash holds the oldest chunks). Without sm_90, K = 1 (streaming). Optionally persistent
-//   (gn_mish_persistent.cuh): resident clusters loop over groups and load the next group while reducing and storing
-//   the current one.
+//   group in the cluster's registers, partial statistics pushed into every peer's shared memory (st.async), so x
+//   is read from DRAM once; beyond the cluster's register capacity it streams (re-reads from L2, or from shared
+//   memory where a stash holds the oldest chunks). Without sm_90, K = 1 (streaming). One-chunk plans of many
+//   groups copy the slice to shared memory instead (gn_mish_smem.cuh: 40 registers, more CTAs per SM). Optionally
+//   persistent (gn_mish_persistent.cuh): resident clusters loop over groups and load the next group while reducing
+//   and storing the current one.
 // Tier 2 (gn_mish_grid.cuh): up to 32 CTAs per group, no cluster, partial statistics through global memory; the
 //   grid is resident (cooperative launch) and loops over groups; slices live in registers plus a shared-memory stash.
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA
-// shape, the tier-1 CTA size, items per thread, cluster cap, residency, persistence and stash, and tier 2 and its
-// CTAs per group; 0 = the default.
+// shape, the tier-1 CTA size, items per thread, cluster cap, residency, persistence, stash and shared-memory slice,
+// and tier 2 and its CTAs per group; 0 = the default.
 #include "gn_mish.cuh"
 
 #include <cstdint>

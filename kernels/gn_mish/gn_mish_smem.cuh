@@ -3,14 +3,14 @@
 // kernel (gn_mish_tier1.cuh), for one-chunk plans: CTA rank r of the K-CTA cluster of a group copies its slice of
 // vectors [r * slice, (r + 1) * slice) straight into shared memory with cp.async (16 bytes per thread-copy, L2 only;
 // thread t copies vectors t, t + 256, ... and later reads back only those, so no CTA barrier guards the slice),
-// reduces it (two passes over shared memory), meets the cluster, then normalises and stores vector by vector.
-// 256-thread CTAs, one 16-byte slot per vector per thread.
+// reduces it (two passes over shared memory), exchanges the CTA statistics with its peers (tier 1's one-way
+// exchange), then normalises and stores vector by vector (branch-free where L % VEC == 0). CTAs of <= 256 threads.
 //
 // Differs from the register kernel: x never sits in registers, so a thread needs 40 registers, not 64, and an SM
 // holds 6 CTAs of 8 vectors per thread (32 KB of shared memory each) instead of 4: 1.5x the bytes in flight on a
-// many-group launch, where CTAs in the load phase are what keeps DRAM busy (H200: fp32 b64_c256_l1024 42.8 -> 39.5
-// us). kMinCtas = 3 is the instantiation for 16 vectors per thread (K / 2 CTAs per group, 64 KB each): half the CTAs
-// and so half the per-CTA reductions for the same bytes, which the 16-bit kernels' instruction count favours.
+// many-group launch, where CTAs in the load phase are what keeps DRAM busy (H200, cold: fp32 b64_c256_l1024 39.8 ->
+// 39.0 us, b64_c512_l1024 80.0 -> 75.3, bf16 b64_c512_l1024 46.4 -> 45.2). kMinCtas = 3 is the instantiation for up to 16 vectors per thread
+// (t1_smem = 2: K / 2 CTAs per group, 64 KB each): half the CTAs and per-CTA reductions for the same bytes.
 #pragma once
 
 #include "gn_mish_tier1.cuh"

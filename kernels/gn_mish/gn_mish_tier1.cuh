@@ -1,14 +1,16 @@
 // Tier 1 of the fused GroupNorm+Mish kernel (included by gn_mish.cu): groups larger than tier 0's. A
 // thread-block cluster of K CTAs (K <= 16, sm_90) per group; CTA rank r holds slice r of the group in
 // registers in chunks of blockDim * ITEMS vectors (thread t: chunk vectors t, t + blockDim, ...). Per-thread
-// two-pass (count, mean, M2) are Chan-merged up warp -> CTA -> cluster (distributed shared memory), so x is read
-// from DRAM once; beyond the cluster's register capacity the slice streams: chunks are merged as they are
-// read, the last stays in registers and the others are re-read newest first (mostly L2 hits).
+// two-pass (count, mean, M2) are merged up warp -> CTA -> cluster (symmetric merges in butterflies; the K CTA
+// partials pushed into every peer's shared memory with st.async), so x is read from DRAM once; beyond the
+// cluster's register capacity the slice streams: chunks are merged as they are read, the last stays in registers
+// and the others are re-read newest first (mostly L2 hits).
 //
 // Differs from the first version: gamma/beta of the slice's channels are staged in shared memory while x is in
-// flight (no dependent L2 round trip between the cluster barrier and the stores); the cluster barrier is split
-// (arrive after publishing the CTA's partial, wait, read the K partials, arrive again, and wait for that second
-// phase only before exiting), so one cluster-wide round trip instead of two sits between loads and stores;
+// flight (no dependent L2 round trip between the cluster barrier and the stores); the CTA partials travel one way
+// (st.async into each peer's slot, counted on the peer's mbarrier; the cluster barrier only publishes the mbarriers
+// at kernel start), so no release fence, no remote read and no barrier before exit sit between loads and stores
+// (the persistent kernel keeps the split barrier: cta_reduce_publish / cluster_collect);
 // no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
 // chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; with a stash (`kStash`: plans whose
 // re-reads outgrow the L2), a streaming CTA keeps the first `stash` vectors per thread of its oldest chunks in
