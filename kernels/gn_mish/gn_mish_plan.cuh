@@ -399,8 +399,8 @@ inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, i
 // 2 halves the CTAs per group (16 vectors per thread, 64 KB per 256-thread CTA: 3 per SM, half the reductions).
 // The rule (t1_smem = 0): same CTAs when the launch is more than one wave of the register kernel (more CTAs per SM
 // is what the shared-memory slice buys), measured on an H200 (NOTES.md "The slice in shared memory"): b64_c256_l1024
-// 39.8 -> 39.0 us, b64_c512_l1024 80.0 -> 75.3, b64_c1024_l256 40.2 -> 38.4, bf16 b64_c512_l1024 46.4 -> 45.2, fp16
-// 45.6 -> 43.7; one wave stays in registers (b64_c256_l256, 512 CTAs of one per group: 13.0 vs 14.1; B = 1, 64 CTAs:
+// 39.8 -> 39.0 us, b64_c512_l1024 80.1 -> 75.4, b64_c1024_l256 40.3 -> 38.4, bf16 b64_c512_l1024 46.4 -> 45.2, fp16
+// 45.6 -> 43.8; one wave stays in registers (b64_c256_l256, 512 CTAs of one per group: 13.0 vs 14.1; B = 1, 64 CTAs:
 // 7.3 vs 7.3). Unchanged when the slice does not fit the CTA's shared memory.
 inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInfo& dev, Plan* pl) {
   if (lim.t1_smem < 0 || pl->tier != 1 || pl->persistent || pl->chunks != 1 || pl->vec == 1 ||
