@@ -22,6 +22,10 @@ cold = [(1, 256, 1024, "float32"), (1, 512, 1024, "float32"), (1, 1024, 1024, "f
 graph = [(1, 256, 16, "float32"), (1, 512, 8, "float32"), (1, 1024, 4, "float32"), (1, 512, 4, "float32"),
          (64, 256, 16, "float32"), (64, 512, 4, "float32")]
 only = sys.argv[1] if len(sys.argv) > 1 else "all"
+if only == "grid":
+    cold = [c for c in cold if c[0] == 1 and c[1] >= 512 and (c[1] >= 2048 or c[2] == 4096)] + [(8, 2048, 4096, "float32"),
+                                                                                          (1, 1024, 1024, "float32")]
+    only = "cold"
 for mode, shapes in (("cold", cold), ("graph", graph)):
     if only not in ("all", mode):
         continue
