@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int chunk = int(blockDim.x) * ITEMS;
   const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, t.stash};
   const int c_low = int(t.L.div(uint32_t(v_begin * VEC)));
-  P* stash = reinterpret_cast<P*>(staged + (2 * t.stage + 3) / 4 * 4) + threadIdx.x;
+  P* stash = after_staged<P>(staged, t.stage) + threadIdx.x;
 
   for (int group = slot; group < t.num_groups; group += a.slots) {  // uniform over the CTA
     const P* src = reinterpret_cast<const P*>(x + int64_t(group) * t.n);

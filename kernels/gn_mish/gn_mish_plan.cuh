@@ -139,7 +139,7 @@ inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes
 }
 
 // The stash starts after the staged gamma/beta, 16-byte aligned.
-inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15) / 16 * 16; }
+__host__ __device__ inline int stash_offset(int stage) { return (stage * 2 * int(sizeof(float)) + 15) / 16 * 16; }
 
 // CTAs of `threads` threads per SM that registers and threads allow (or t1_ctas_per_sm).
 inline int ctas_per_sm(const Limits& lim, int threads) {

@@ -41,70 +41,36 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
   extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the slice
   __shared__ Stats warp_part[kSmemSliceThreads / kWarp];
   __shared__ ClusterExchange xchg;
-  const int cluster = 1 << a.cluster_shift;
-  const int group = int(blockIdx.x) >> a.cluster_shift;
-  const int rank = int(blockIdx.x) & (cluster - 1);
-  if (cluster > 1) exchange_arm(xchg, cluster);
-  const int v_begin = min(a.nv, rank * a.slice_vecs);
-  const int v_end = min(a.nv, v_begin + a.slice_vecs);
-  const int first = v_begin + int(threadIdx.x), stride = int(blockDim.x);
-  const P* src = reinterpret_cast<const P*>(x + int64_t(group) * a.n);
-  P* dst = reinterpret_cast<P*>(y + int64_t(group) * a.n);
-  const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
-  const Affine<T> af = {a.L, a.stage, int(a.L.div(uint32_t(v_begin * VEC))), staged, gamma + c_first,
-                        beta + c_first};
-  P* slice = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) - v_begin;  // indexed by vector
+  const ClusterSlice<T, VEC> cs = cluster_slice<T, VEC>(a, x, gamma, beta, y, staged);
+  if (cs.cluster > 1) exchange_arm(xchg, cs.cluster);
+  const Affine<T>& af = cs.af;
+  const int first = cs.v_begin + int(threadIdx.x), stride = int(blockDim.x), v_end = cs.v_end;
+  P* slice = after_staged<P>(staged, a.stage) - cs.v_begin;  // indexed by vector
 
 #pragma unroll 4
-  for (int v = first; v < v_end; v += stride) copy_async16(slice + v, src + v);
+  for (int v = first; v < v_end; v += stride) copy_async16(slice + v, cs.src + v);
   stage_affine(af, a.cg, staged);
   copy_async_wait_all();
-  float sum = 0.f;
-  int count = 0;
+  const Stats mine = two_pass_stats<VEC>([&](auto&& f) {
 #pragma unroll 4
-  for (int v = first; v < v_end; v += stride) {
-    const P p = slice[v];
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) sum += p.get(k);
-    count += VEC;
-  }
-  Stats mine = {0.f, 0.f, 0.f};
-  if (count > 0) {
-    const float mean = sum * fast_rcp(float(count));
-    float m2 = 0.f;
-#pragma unroll 4
-    for (int v = first; v < v_end; v += stride) {
-      const P p = slice[v];
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float d = p.get(k) - mean;
-        m2 = fmaf(d, d, m2);
-      }
-    }
-    mine = {float(count), mean, m2};
-  }
+    for (int v = first; v < v_end; v += stride) f(slice[v]);
+  });
   const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
-  const Stats total = cluster > 1 ? exchange(xchg, cta, cluster, rank) : cta;
+  const Stats total = cs.cluster > 1 ? exchange(xchg, cta, cs.cluster, cs.rank) : cta;
   const float mean = total.mean, rstd = fast_rsqrt(total.m2 * a.inv_n + a.eps);
   const int L = int(af.L.d);
-  auto affine = [&](int c, float& g0, float& b0) {
-    g0 = af.stage ? af.staged[c - af.c_low] : to_float(__ldg(af.gamma_g + c));
-    b0 = af.stage ? af.staged[af.stage + c - af.c_low] : to_float(__ldg(af.beta_g + c));
-  };
   if (L % VEC == 0) {  // no vector straddles a channel: branch-free bodies the scheduler interleaves
 #pragma unroll 4
     for (int v = first; v < v_end; v += stride) {
-      float g0, b0;
-      affine(int(af.L.div(uint32_t(v * VEC))), g0, b0);
-      dst[v] = normalize_whole<T, VEC>(slice[v], g0, b0, mean, rstd);
+      const int c = int(af.L.div(uint32_t(v * VEC)));
+      cs.dst[v] = normalize_whole<T, VEC>(slice[v], af.gamma(c), af.beta(c), mean, rstd);
     }
   } else {
 #pragma unroll 2
     for (int v = first; v < v_end; v += stride) {
       const int c = int(af.L.div(uint32_t(v * VEC)));
-      float g0, b0;
-      affine(c, g0, b0);
-      dst[v] = normalize_vec<T, VEC>(slice[v], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
+      cs.dst[v] = normalize_vec<T, VEC>(slice[v], c, v * VEC - c * L, L, af.gamma(c), af.beta(c), af.gamma_g,
+                                        af.beta_g, mean, rstd);
     }
   }
 }

@@ -57,33 +57,38 @@ __device__ __forceinline__ void cluster_wait() {
 #endif
 }
 
-// Two-pass statistics of this thread's valid vectors first + j*stride < end held in registers.
-template <typename T, int VEC, int ITEMS>
-__device__ __forceinline__ Stats thread_stats(const Pack<T, VEC> (&raw)[ITEMS], int first, int stride, int end) {
+// Two-pass statistics of a thread's vectors: for_each(f) calls f(pack) on each of them (it is run twice).
+template <int VEC, typename ForEach>
+__device__ __forceinline__ Stats two_pass_stats(ForEach&& for_each) {
   float sum = 0.f;
   int count = 0;
+  for_each([&](const auto& p) {
 #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    if (first + j * stride < end) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) sum += raw[j].get(k);
-      count += VEC;
-    }
-  }
+    for (int k = 0; k < VEC; ++k) sum += p.get(k);
+    count += VEC;
+  });
   if (count == 0) return {0.f, 0.f, 0.f};
   const float mean = sum * fast_rcp(float(count));
   float m2 = 0.f;
+  for_each([&](const auto& p) {
 #pragma unroll
-  for (int j = 0; j < ITEMS; ++j) {
-    if (first + j * stride < end) {
-#pragma unroll
-      for (int k = 0; k < VEC; ++k) {
-        const float d = raw[j].get(k) - mean;
-        m2 = fmaf(d, d, m2);
-      }
+    for (int k = 0; k < VEC; ++k) {
+      const float d = p.get(k) - mean;
+      m2 = fmaf(d, d, m2);
     }
-  }
+  });
   return {float(count), mean, m2};
+}
+
+// Two-pass statistics of this thread's valid vectors first + j*stride < end held in registers.
+template <typename T, int VEC, int ITEMS>
+__device__ __forceinline__ Stats thread_stats(const Pack<T, VEC> (&raw)[ITEMS], int first, int stride, int end) {
+  return two_pass_stats<VEC>([&](auto&& f) {
+#pragma unroll
+    for (int j = 0; j < ITEMS; ++j) {
+      if (first + j * stride < end) f(raw[j]);
+    }
+  });
 }
 
 // 16-byte packs with an L2 eviction hint (ld/st .cs: evict first); other sizes plainly.
@@ -239,7 +244,44 @@ struct Affine {
   const float* staged;
   const T* gamma_g;
   const T* beta_g;
+  __device__ __forceinline__ float gamma(int c) const {
+    return stage ? staged[c - c_low] : to_float(__ldg(gamma_g + c));
+  }
+  __device__ __forceinline__ float beta(int c) const {
+    return stage ? staged[stage + c - c_low] : to_float(__ldg(beta_g + c));
+  }
 };
+
+// The 16-byte vectors after the staged gamma/beta in dynamic shared memory (the stash, or the whole slice).
+template <typename P>
+__device__ __forceinline__ P* after_staged(float* staged, int stage) {
+  return reinterpret_cast<P*>(staged + stash_offset(stage) / int(sizeof(float)));
+}
+
+// A cluster kernel's CTA: its group, rank, slice [v_begin, v_end) and the group's x, y and affine.
+template <typename T, int VEC>
+struct ClusterSlice {
+  int cluster, group, rank, v_begin, v_end;
+  const Pack<T, VEC>* src;
+  Pack<T, VEC>* dst;
+  Affine<T> af;
+};
+
+template <typename T, int VEC>
+__device__ __forceinline__ ClusterSlice<T, VEC> cluster_slice(const Tier1Args& a, const T* x, const T* gamma,
+                                                              const T* beta, T* y, float* staged) {
+  ClusterSlice<T, VEC> c;
+  c.cluster = 1 << a.cluster_shift;
+  c.group = int(blockIdx.x) >> a.cluster_shift;
+  c.rank = int(blockIdx.x) & (c.cluster - 1);  // == cluster block rank for (K, 1, 1) clusters
+  c.v_begin = min(a.nv, c.rank * a.slice_vecs);
+  c.v_end = min(a.nv, c.v_begin + a.slice_vecs);
+  c.src = reinterpret_cast<const Pack<T, VEC>*>(x + int64_t(c.group) * a.n);
+  c.dst = reinterpret_cast<Pack<T, VEC>*>(y + int64_t(c.group) * a.n);
+  const int c_first = (c.group - int(a.G.div(c.group)) * int(a.G.d)) * a.cg;
+  c.af = {a.L, a.stage, int(a.L.div(uint32_t(c.v_begin * VEC))), staged, gamma + c_first, beta + c_first};
+  return c;
+}
 
 // Pass 1: load the slice chunk by chunk, merging the thread's statistics; the last chunk stays in raw.
 // stage_affine() runs while the first chunk is in flight; evict_last: load the last chunk with evict_first.
@@ -290,9 +332,8 @@ __device__ __forceinline__ void normalize_slice(Pack<T, VEC> (&raw)[ITEMS], cons
       const int v = first + j * s.stride;
       if (v < s.v_end) {
         const int c = int(af.L.div(uint32_t(v * VEC)));
-        const float g0 = af.stage ? af.staged[c - af.c_low] : to_float(__ldg(af.gamma_g + c));
-        const float b0 = af.stage ? af.staged[af.stage + c - af.c_low] : to_float(__ldg(af.beta_g + c));
-        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, g0, b0, af.gamma_g, af.beta_g, mean, rstd);
+        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, af.gamma(c), af.beta(c), af.gamma_g,
+                                            af.beta_g, mean, rstd);
         if (evict) {
           store_evict_first(dst + v, out);
         } else {
@@ -323,20 +364,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the stash
   __shared__ Stats warp_part[kMaxThreads / kWarp];
   __shared__ ClusterExchange xchg;
-  const int cluster = 1 << a.cluster_shift;
-  const int group = int(blockIdx.x) >> a.cluster_shift;
-  const int rank = int(blockIdx.x) & (cluster - 1);  // == cluster block rank for (K, 1, 1) clusters
-  if (cluster > 1) exchange_arm(xchg, cluster);
-  const int v_begin = min(a.nv, rank * a.slice_vecs);
-  const int v_end = min(a.nv, v_begin + a.slice_vecs);
+  const ClusterSlice<T, VEC> cs = cluster_slice<T, VEC>(a, x, gamma, beta, y, staged);
+  if (cs.cluster > 1) exchange_arm(xchg, cs.cluster);
   const int chunk = int(blockDim.x) * ITEMS;
-  const SliceView s = {v_begin, v_end, int(blockDim.x), (v_end - v_begin + chunk - 1) / chunk, a.stash};
-  const P* src = reinterpret_cast<const P*>(x + int64_t(group) * a.n);
-  P* dst = reinterpret_cast<P*>(y + int64_t(group) * a.n);
-  const int c_first = (group - int(a.G.div(group)) * int(a.G.d)) * a.cg;
-  const Affine<T> af = {a.L, a.stage, int(a.L.div(uint32_t(v_begin * VEC))), staged, gamma + c_first,
-                        beta + c_first};
-  P* stash = reinterpret_cast<P*>(staged + (2 * a.stage + 3) / 4 * 4) + threadIdx.x;
+  const SliceView s = {cs.v_begin, cs.v_end, int(blockDim.x), (cs.v_end - cs.v_begin + chunk - 1) / chunk, a.stash};
+  P* stash = after_staged<P>(staged, a.stage) + threadIdx.x;
 
   P raw[ITEMS];
   // Streaming (chunks > 1): the chunks re-read after the reduction should still be in L2, so the chunk kept in
@@ -344,11 +376,11 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // reads it). fp32 only: an H200 A/B/A run measured fp32 streaming shapes 2-8 % faster with the hints, while the
   // 16-bit kernels (64 elements per thread, at the 64-register cap) ran 8-10 % slower even where no hint applies.
   const bool streaming = sizeof(T) == 4 && s.chunks > 1;
-  const Stats acc = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, streaming,
-                                                      [&] { stage_affine(af, a.cg, staged); });
+  const Stats acc = load_slice<T, VEC, ITEMS, kStash>(raw, cs.src, s, stash, streaming,
+                                                      [&] { stage_affine(cs.af, a.cg, staged); });
   const Stats cta = cta_reduce_publish(acc, 1, false, warp_part, nullptr);
-  const Stats total = cluster > 1 ? exchange(xchg, cta, cluster, rank) : cta;
-  normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
+  const Stats total = cs.cluster > 1 ? exchange(xchg, cta, cs.cluster, cs.rank) : cta;
+  normalize_slice<T, VEC, ITEMS, kStash>(raw, cs.src, cs.dst, s, stash, cs.af, total.mean,
                                          fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming);
 }
 
