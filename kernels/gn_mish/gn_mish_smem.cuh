@@ -9,8 +9,9 @@
 // Differs from the register kernel: x never sits in registers, so a thread needs 40 registers, not 64, and an SM
 // holds 6 CTAs of 8 vectors per thread (32 KB of shared memory each) instead of 4: 1.5x the bytes in flight on a
 // many-group launch, where CTAs in the load phase are what keeps DRAM busy (H200, cold: fp32 b64_c256_l1024 39.8 ->
-// 39.0 us, b64_c512_l1024 80.1 -> 75.4, bf16 b64_c512_l1024 46.4 -> 45.2). kMinCtas = 3 is the instantiation for up to 16 vectors per thread
-// (t1_smem = 2: K / 2 CTAs per group, 64 KB each): half the CTAs and per-CTA reductions for the same bytes.
+// 39.0 us, b64_c512_l1024 80.1 -> 75.4, bf16 b64_c512_l1024 46.4 -> 45.2). kMinCtas = 3 is the instantiation for up
+// to 16 vectors per thread (t1_smem = 2: K / 2 CTAs per group, 64 KB each): half the CTAs and per-CTA reductions for
+// the same bytes.
 #pragma once
 
 #include "gn_mish_tier1.cuh"
