@@ -650,7 +650,7 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     """The rule's regimes (NOTES.md): tier 0 one vector per thread up to 132 groups, two beyond, 128-thread CTAs;
     tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM (streaming as many chunks as it takes); else
     256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
-    where 8 CTAs suffice)."""
+    where 8 CTAs suffice); tier 2's regimes, including 16-bit 1024-thread slices in two half chunks."""
     default = _fused_module().Tuning().as_list()
     # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash,
     # smem_slice)
@@ -674,6 +674,8 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
         ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0, 0),   # bf16: tier 1 (issue-bound store pass)
         ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 16 x 1024, registers + 8 stash slots
+        ((1, 2048, 4096, 8), 8): (2, 1024, 0, 1, 16, 4, 2, 128, 4, 0),  # bf16, 1024 threads: two half chunks, the
+        # first stashed (one chunk of 8 vectors per thread fits, and measured 4 % slower)
         ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0),  # 128 groups: many, streaming 8 x 512
         ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14, 0),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
         # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)

@@ -13,6 +13,7 @@
 namespace gn_mish::detail {
 
 constexpr float kSoftplusThreshold = 20.f;
+constexpr float kLog2e = 1.4426950408889634f;
 
 // Elements travel as raw bits (uint32 for fp32, uint16 for fp16/bf16): trivially copyable packs that the
 // compiler keeps in registers and moves with one 16-byte LDG/STG.
@@ -116,10 +117,39 @@ __device__ __forceinline__ float fast_exp2(float x) {
 // clamped at e^20 (PyTorch's softplus threshold), where m / (m + 2) = 1 - 2/m rounds to 1 (within rcp's ulp), so
 // z > 20 gives z with no select; the factor m / (m + 2) <= 1 is formed first (no overflow). 2 MUFU, 7 FP32 ops.
 __device__ __forceinline__ float mish(float z) {
-  const float e = fast_exp2(fminf(z, kSoftplusThreshold) * 1.4426950408889634f);
+  const float e = fast_exp2(fminf(z, kSoftplusThreshold) * kLog2e);
   const float m = e * (e + 2.f);
   return z * (m * fast_rcp(m + 2.f));
 }
+
+// The same from zl = z log2(e), which an affine produces for free (its scale and shift carry the factor): ln 2 rides
+// in the reciprocal, 1 / ((m + 2) log2 e) = ln 2 / (m + 2). 2 MUFU, 5 FP32 ops.
+__device__ __forceinline__ float mish_log2(float zl) {
+  const float e = fast_exp2(fminf(zl, kSoftplusThreshold * kLog2e));
+  const float m = e * (e + 2.f);
+  return zl * (m * fast_rcp(fmaf(m, kLog2e, 2.f * kLog2e)));
+}
+
+// y = mish((x - mean) rstd g + b) for the elements of one channel, per output type. fp32: x - mean first, exact for
+// data far from zero (the xoffset = 1000 smoke case), then mish: 9 FP32 ops per element. 16-bit: zl = x * scale +
+// shift in the log2 domain, one FFMA, then mish_log2: 6 ops (H200, cold: bf16 / fp16 b64_c512_l1024 3.4 / 4.4 %
+// faster; their normalise is bound by issue and MUFU). Folding the mean into the shift rounds mean rstd g once, an
+// error of |mean| / std * |g| * 2^-24 that the tolerance's statistics term already budgets; for fp32 the H200 measured
+// no gain (its kernels wait on DRAM), so fp32 keeps the exact form and its bits.
+template <typename T>
+struct AffineMish {
+  float scale, shift;
+  __device__ __forceinline__ AffineMish(float g, float b, float mean, float rstd)
+      : scale(g * (rstd * kLog2e)), shift(fmaf(-g, mean * (rstd * kLog2e), b * kLog2e)) {}
+  __device__ __forceinline__ float operator()(float x) const { return mish_log2(fmaf(x, scale, shift)); }
+};
+template <>
+struct AffineMish<float> {
+  float scale, shift, mean;
+  __device__ __forceinline__ AffineMish(float g, float b, float mean_, float rstd)
+      : scale(g * rstd), shift(b), mean(mean_) {}
+  __device__ __forceinline__ float operator()(float x) const { return mish(fmaf(x - mean, scale, shift)); }
+};
 
 // Sum over the warp; every lane gets the same bits (a + b == b + a in IEEE arithmetic).
 __device__ __forceinline__ float warp_sum(float v) {
@@ -170,7 +200,9 @@ __device__ __forceinline__ Stats warp_allreduce(Stats s, int width = kWarp) {
 }
 
 // A vector that straddles channels (L < VEC or L % VEC != 0): walk the channels element by element. Out of
-// line, so the common path stays short (instruction fetch is part of a cold kernel's time).
+// line, so the common path stays short (instruction fetch is part of a cold kernel's time). It keeps the exact (fp32)
+// form for every type: the one straddling shape timed with the 16-bit log2 form in this path too, bf16 (5, 1536, 250),
+// ran 2.5 % slower on an H200, and this rare path has nothing to gain.
 template <typename T, int VEC>
 __device__ __noinline__ Pack<T, VEC> normalize_straddling(Pack<T, VEC> in, int c, int r, int L,
                                                           const T* __restrict__ gamma_g,
@@ -201,14 +233,13 @@ template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> normalize_whole(const Pack<T, VEC>& in, float g0, float b0, float mean,
                                                         float rstd) {
   Pack<T, VEC> out;
-  const float s = g0 * rstd;
+  const AffineMish<T> f(g0, b0, mean, rstd);
   if constexpr (VEC % 2 == 0) {
 #pragma unroll
-    for (int k = 0; k < VEC; k += 2)
-      out.set2(k, mish(fmaf(in.get(k) - mean, s, b0)), mish(fmaf(in.get(k + 1) - mean, s, b0)));
+    for (int k = 0; k < VEC; k += 2) out.set2(k, f(in.get(k)), f(in.get(k + 1)));
   } else {
 #pragma unroll
-    for (int k = 0; k < VEC; ++k) out.set(k, mish(fmaf(in.get(k) - mean, s, b0)));
+    for (int k = 0; k < VEC; ++k) out.set(k, f(in.get(k)));
   }
   return out;
 }

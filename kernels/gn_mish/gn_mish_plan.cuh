@@ -314,7 +314,9 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
 // CTA holds its slice in registers (items per thread per chunk) and, beyond one chunk, in a stash of as many
 // slots as fit at the CTAs per SM that registers allow (capped by t1_stash; -1: none), re-reading the rest.
 // spread = SMs / groups (<= 32): few groups still use every SM. T = t1_threads, else the smallest of 256/512/1024
-// whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread), else 1024
+// whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread; 16-bit at 1024
+// threads: two half chunks, the first stashed, so its statistics overlap the second's loads: H200 bf16 b1_c2048_l4096
+// 19.0-19.2 -> 17.7-18.2 us, trace load phase 5.2 -> 4.4 us; fp32 equal or slower), else 1024
 // with the stash and S = the fewest CTAs (at least spread) whose CTAs in flight re-read at most half the L2 beyond
 // registers and stash (H200, b8_c2048_l4096 fp32: S = 8, 10 of 32 vectors per thread re-read, 177.5 us; S = 12 or
 // 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8). S = t2_ctas when given.
@@ -325,7 +327,7 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
                int thread_cap, CtasResident&& ctas_resident, Plan* out) {
   if (lim.t2 < 0) return false;
   const int full = tier1_items_full(vec);
-  const int items = lim.t1_items > 0 && lim.t1_items < full ? tier1_items_half(vec) : full;
+  int items = lim.t1_items > 0 && lim.t1_items < full ? tier1_items_half(vec) : full;
   const int spread = int(std::max<int64_t>(1, std::min<int64_t>(kGridMaxCtas, dev.sms / groups)));
   int threads = lim.t1_threads > 0 ? std::min(lim.t1_threads, thread_cap) : 0;
   int64_t ctas = lim.t2_ctas;
@@ -335,6 +337,7 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
       if (ceil_div(nv, int64_t(t) * items) <= spread) {
         threads = t;
         if (ctas == 0) ctas = std::max<int64_t>(1, std::min<int64_t>(spread, ceil_div(nv, 2 * int64_t(t))));
+        if (lim.t1_items == 0 && vec == 8 && t == kMaxThreads) items = tier1_items_half(vec);  // 16-bit: 2 chunks
         break;
       }
     }
