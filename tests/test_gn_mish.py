@@ -650,7 +650,7 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     """The rule's regimes (NOTES.md): tier 0 one vector per thread up to 132 groups, two beyond, 128-thread CTAs;
     tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM (streaming as many chunks as it takes); else
     256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
-    where 8 CTAs suffice); tier 2's regimes, including 16-bit 1024-thread slices in two half chunks."""
+    where 8 CTAs suffice); tier 2's regimes, including 16-bit 1024-thread CTAs in half chunks."""
     default = _fused_module().Tuning().as_list()
     # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash,
     # smem_slice)
@@ -672,7 +672,9 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # bf16: 32K vectors, tier 1
         ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0),  # fp32, tier 1 would re-read 251 MB: tier 2,
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
-        ((8, 2048, 4096, 8), 8): (1, 1024, 0, 1, 2, 8, 8, 128, 0, 0),   # bf16: tier 1 (issue-bound store pass)
+        ((8, 2048, 4096, 8), 8): (2, 1024, 0, 1, 4, 4, 8, 132, 14, 0),  # bf16, tier 1 would re-read 117 MB: tier
+        # 2, S = 4 (33 slots, 2 rounds), 4 vectors of 8 per chunk, 14 of 32 slots stashed
+        ((16, 1024, 2048, 8), 8): (1, 512, 0, 1, 4, 8, 2, 512, 0, 0),   # bf16, 17 MB of re-reads: tier 1
         ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 16 x 1024, registers + 8 stash slots
         ((1, 2048, 4096, 8), 8): (2, 1024, 0, 1, 16, 4, 2, 128, 4, 0),  # bf16, 1024 threads: two half chunks, the
         # first stashed (one chunk of 8 vectors per thread fits, and measured 4 % slower)

@@ -314,12 +314,13 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
 // CTA holds its slice in registers (items per thread per chunk) and, beyond one chunk, in a stash of as many
 // slots as fit at the CTAs per SM that registers allow (capped by t1_stash; -1: none), re-reading the rest.
 // spread = SMs / groups (<= 32): few groups still use every SM. T = t1_threads, else the smallest of 256/512/1024
-// whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread; 16-bit at 1024
-// threads: two half chunks, the first stashed, so its statistics overlap the second's loads: H200 bf16 b1_c2048_l4096
-// 19.0-19.2 -> 17.7-18.2 us, trace load phase 5.2 -> 4.4 us; fp32 equal or slower), else 1024
+// whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread), else 1024
 // with the stash and S = the fewest CTAs (at least spread) whose CTAs in flight re-read at most half the L2 beyond
 // registers and stash (H200, b8_c2048_l4096 fp32: S = 8, 10 of 32 vectors per thread re-read, 177.5 us; S = 12 or
-// 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8). S = t2_ctas when given.
+// 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8). S = t2_ctas when given. 16-bit CTAs of
+// 1024 threads take half chunks (4 vectors of 8 per thread; the first chunks stashed), so a chunk's statistics overlap
+// the next one's loads (H200: bf16 b1_c2048_l4096, 2 chunks, 19.0-19.2 -> 17.7-18.2 us, trace load phase 5.2 -> 4.4;
+// bf16 b8_c2048_l4096 at S = 4, 97.0 -> 95.8; fp32 with half chunks: equal or 6-10 % slower).
 // ctas_resident(threads, smem): CTAs of the grid kernel per SM (occupancy). Returns false (plan unchanged) when
 // t2 = -1, the group needs more than 32 CTAs, or S CTAs cannot be resident at once.
 template <typename CtasResident>
@@ -337,12 +338,12 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
       if (ceil_div(nv, int64_t(t) * items) <= spread) {
         threads = t;
         if (ctas == 0) ctas = std::max<int64_t>(1, std::min<int64_t>(spread, ceil_div(nv, 2 * int64_t(t))));
-        if (lim.t1_items == 0 && vec == 8 && t == kMaxThreads) items = tier1_items_half(vec);  // 16-bit: 2 chunks
         break;
       }
     }
     if (threads == 0) threads = std::min(kMaxThreads, thread_cap);
   }
+  if (lim.t1_items == 0 && vec == 8 && threads == kMaxThreads) items = tier1_items_half(vec);  // 16-bit: half chunks
   const int stage_bound = int(std::min<int64_t>(kStageMaxChannels, p.channels / p.groups));
   const int slots_max = lim.t1_stash < 0 || vec == 1 ? 0 : stash_capacity(dev, threads, ctas_per_sm(lim, threads),
                                                                           stage_bound);
@@ -385,14 +386,15 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
 // CTAs leave half the SMs idle: b1_c2048_l1024 14.6 -> 12.2 us, b1_c512_l4096 14.8 -> 12.1, b1_c2048_l4096 31.7 ->
 // 23.5 (bf16 25.2 -> 19.3); smaller groups stay on tier 1, whose cluster barrier is cheaper than a trip through L2
 // (b1_c256_l1024 7.8 vs 7.8-8.5, b1_c512_l1024 8.8 vs 9.0, b1_c1024_l1024 9.8-10.4 vs 10.0-10.1 us at 32K vectors);
-// (b) fp32 groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash:
-// b8_c2048_l4096 193.4 -> 174.9-177.5 us. 16-bit ones stay on tier 1 (bf16 b8_c2048_l4096 102.3 vs 106.6 us: their
-// store pass is bound by mish's issue rate, which the re-reads overlap), as do many groups (b16_c1024_l2048 87.3 vs
-// 87.3, b64_c1024_l1024 156.6 vs 175.4) and B = 8 groups that fit (b8_c2048_l1024, stash: 41.4 vs 42.2).
+// (b) groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash: fp32
+// b8_c2048_l4096 193.4 -> 174.9-177.5 us, bf16 (117 MB) 100.8 -> 95.8 at S = 4 (until the cheaper 16-bit normalise
+// of 8884435, 16-bit stayed on tier 1: 102.3 vs 106.6 at 55c48d4), while bf16 b16_c1024_l2048 (17 MB) stays (52.6 vs
+// 57.6 at its best S). Many groups stay on tier 1 (b16_c1024_l2048 87.3 vs 87.3, b64_c1024_l1024 156.6 vs 175.4), as
+// do B = 8 groups that fit (b8_c2048_l1024, stash: 41.4 vs 42.2).
 inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv, int64_t groups,
                             const Plan& t1) {
   if (groups * 8 <= dev.sms && nv >= kGridFewMinVecs) return true;
-  if (vec != 4 || t1.chunks < 2) return false;
+  if (vec == 1 || t1.chunks < 2) return false;
   const int64_t in_flight = std::min<int64_t>(t1.grid, int64_t(ctas_per_sm(lim, t1.threads)) * dev.sms);
   return in_flight * t1.threads * 16 * ((t1.chunks - 1) * t1.items - t1.stash) > dev.l2_bytes / 2;
 }
