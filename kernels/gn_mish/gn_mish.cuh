@@ -28,7 +28,8 @@ struct Limits {
   int t0_groups_per_cta = 0;  // tier 0 groups per CTA (t0_threads * this <= 1024); 0: 128-thread CTAs
   int t1_threads = 0;         // tier 1 CTA size (a multiple of 32, capped by max_threads); 0: the measured
                               // default rule of gn_mish_plan.cuh (by group size and groups vs SMs)
-  int t1_items = 0;           // tier 1 vectors per thread per chunk (rounded to 8 or 4); 0: 8 (128 bytes)
+  int t1_items = 0;           // tier 1 vectors per thread per chunk (rounded to 8 or 4); 0: 8 (128 bytes), but 4 on
+                              // tier 2 for 16-bit vectors in 1024-thread CTAs
   int t1_ctas_per_sm = 0;     // tier 1: at most this many CTAs per SM (dynamic shared memory padding)
   int t1_persistent = 0;      // tier 1: 1 = persistent clusters that load the next group while reducing and
                               // storing the current one (when the group fits in half the registers)
