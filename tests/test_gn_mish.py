@@ -844,6 +844,20 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
 
 
 @gpu_test
+@pytest.mark.parametrize("stash", [3, 6, 11])
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_fused_tier2_multi_round_stash_matches_reference(registry, fam, dtype, stash):
+    """Slots that loop over more groups than fit at once with a stash (for fp32 the kernel with L2 evict_first
+    hints): a stash ending mid-chunk (3 or 6 of 8 / 4 vectors) or covering the first chunk, 2-5 rounds
+    with slots that run out of groups early, vectors straddling channels (L = 15998)."""
+    for B, ctas in [(16, 2), (24, 3)]:
+        tuning = _fused_module().Tuning(t2=1, t2_ctas=ctas, t1_threads=1024, t1_stash=stash)
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c64_l15998", dtype, B=B, C=64, L=15998, G=8), tuning)
+        assert plan["tier"] == 2 and plan["persistent"] and plan["chunks"] == 2, plan
+        assert plan["stash"] == min(stash, plan["items"]) and plan["grid"] < B * 8 * ctas, plan
+
+
+@gpu_test
 def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
     """Every launch leaves the group counters at zero: plans of different S and group counts run back to back on one
     stream and on a second stream (its own buffers) on fresh inputs each time. A counter left at a multiple of the

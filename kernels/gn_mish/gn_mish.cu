@@ -183,15 +183,33 @@ const void* tier1_plan_kernel(const Plan& plan) {
                                                                                  plan.stash > 0);
 }
 
+// The tier-2 kernel: full or half chunks, with a stash or without, and for fp32 with a stash also with L2
+// evict_first on what pass 2 does not re-read (evict).
 template <typename T, int VEC>
-const void* grid_kernel(int items, bool stash) {
+const void* grid_kernel(int items, bool stash, bool evict = false) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
+  if constexpr (VEC > 1 && sizeof(T) == 4) {
+    if (stash && evict) {
+      return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, true, true>)
+                            : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true, true>);
+    }
+  }
   if (stash) {
     return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, true>)
                           : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true>);
   }
   return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, false>)
                         : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, false>);
+}
+
+// The tier-2 kernel of a tier-2 plan: fp32 slots that loop over more groups with a stash use the L2 hints, where
+// that kernel is as resident as the plan assumed (the planner sized the grid with the plain stash kernel).
+template <typename T, int VEC>
+const void* grid_plan_kernel(const Plan& plan) {
+  const void* plain = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
+  if (sizeof(T) != 4 || !plan.persistent || plan.stash == 0) return plain;
+  const void* evicting = grid_kernel<T, VEC>(plan.items, true, true);
+  return resident_memo(evicting, plan.threads, 1, plan.smem_bytes) >= plan.grid ? evicting : plain;
 }
 
 template <typename T, int VEC>
@@ -258,7 +276,7 @@ struct LaunchOp {
       if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
       }
-      const void* kernel = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
+      const void* kernel = grid_plan_kernel<T, VEC>(plan);
       prepare_tier1(kernel);
       GridArgs a = {shape, plan.cluster, int(plan.grid / plan.cluster), static_cast<float4*>(ws.partials),
                     static_cast<unsigned*>(ws.counters)};
@@ -278,8 +296,7 @@ template <typename T, int VEC>
 struct ResidentOp {
   static cudaError_t run(const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-            : plan.tier == 2 ? resident_memo(grid_kernel<T, VEC>(plan.items, plan.stash > 0), plan.threads, 1,
-                                             plan.smem_bytes)
+            : plan.tier == 2 ? resident_memo(grid_plan_kernel<T, VEC>(plan), plan.threads, 1, plan.smem_bytes)
                              : resident_memo(tier1_plan_kernel<T, VEC>(plan), plan.threads, plan.cluster,
                                              plan.smem_bytes);
     return cudaSuccess;

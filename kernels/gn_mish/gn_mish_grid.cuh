@@ -15,6 +15,8 @@
 // departure counter: the last CTA out resets both counters, so every launch, of any S, finds them at zero. Global
 // memory from the host: 2 counters per group (zero before the first launch) and S 16-byte partials per group.
 // GridArgs carries tier 1's Tier1Args (one launch-side construction for both tiers) plus the barrier's fields.
+// fp32 plans with a stash whose slots loop over more groups than fit at once take the kEvict instantiation: L2
+// evict_first on everything pass 2 does not re-read through L2.
 #pragma once
 
 #include "gn_mish_tier1.cuh"
@@ -56,11 +58,19 @@ __device__ __forceinline__ void group_depart(const GridArgs& a, int group) {
 }
 
 // kStash: slices of more than one chunk (a separate instantiation, as for tier 1: one-chunk plans run no stash code).
-template <typename T, int VEC, int ITEMS, bool kStash>
+// kEvict (fp32 with kStash, plans whose slots loop over more groups than fit at once): what pass 2 does not re-read
+// through L2 (the stashed slots, the last chunk, kept in registers, and y) goes with L2 evict_first, as in tier 1's
+// fp32 streaming CTAs, so the L2 keeps the slots that pass 2 re-reads instead of losing them to the y writes of the
+// round. H200, fp32 b8_c2048_l4096 (4 rounds): DRAM reads 330 -> 284 MB (x: 268 MB), 172.6 -> 160.3 us (y and the
+// last chunk alone 0.968x, the stash alone 1.008x); 16-bit (2 rounds) 0.985-1.003x, so 16-bit keeps plain loads
+// and stores as in tier 1; one round (B = 1) 1.05x slower, so those plans keep the plain kernel
+// (tune/gn_mish-t2-l2-hints-ab-20261122.txt).
+template <typename T, int VEC, int ITEMS, bool kStash, bool kEvict = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_grid_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                         T* __restrict__ y, GridArgs a) {
   using P = Pack<T, VEC>;
+  static_assert(!kEvict || (kStash && sizeof(T) == 4), "L2 hints: fp32 plans with a stash");
   const Tier1Args& t = a.t;
   extern __shared__ __align__(16) float staged[];  // [stage] gamma, then [stage] beta, as fp32; then the stash
   __shared__ Stats warp_part[kMaxThreads / kWarp];
@@ -80,8 +90,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     const int c_first = (group - int(t.G.div(group)) * int(t.G.d)) * t.cg;
     const Affine<T> af = {t.L, t.stage, c_low, staged, gamma + c_first, beta + c_first};
     P raw[ITEMS];
-    const Stats mine = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, false,
-                                                       [&] { stage_affine(af, t.cg, staged); });
+    const Stats mine = load_slice<T, VEC, ITEMS, kStash>(raw, src, s, stash, kEvict,
+                                                       [&] { stage_affine(af, t.cg, staged); }, kEvict);
     const Stats cta = cta_reduce_publish(mine, 1, false, warp_part, nullptr);
     if (threadIdx.x == 0) group_arrive_wait(a, group, rank, cta);
     __syncthreads();  // thread 0 has acquired the S partials for the CTA
@@ -93,7 +103,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     }
     const Stats total = warp_allreduce(part, pow2 ? a.ctas : kWarp);
     normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
-                                           fast_rsqrt(total.m2 * t.inv_n + t.eps), false);
+                                           fast_rsqrt(total.m2 * t.inv_n + t.eps), kEvict);
     if (threadIdx.x == 0) group_depart(a, group);
     if (group + a.slots < t.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
   }

@@ -117,13 +117,15 @@ __device__ __forceinline__ void store_evict_first(P* p, const P& v) {
 
 // evict_first: the chunk is never read again (a streaming CTA's last chunk stays in registers), so its lines
 // should leave L2 before the earlier chunks that the store phase re-reads.
+// evict_below: vectors j < evict_below likewise (the slots a tier-2 CTA stashes in shared memory).
 template <typename T, int VEC, int ITEMS>
 __device__ __forceinline__ void load_chunk(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
-                                           int first, int stride, int end, bool evict_first = false) {
+                                           int first, int stride, int end, bool evict_first = false,
+                                           int evict_below = 0) {
 #pragma unroll
   for (int j = 0; j < ITEMS; ++j) {
     const int v = first + j * stride;
-    if (v < end) raw[j] = evict_first ? load_evict_first(src + v) : src[v];
+    if (v < end) raw[j] = evict_first || j < evict_below ? load_evict_first(src + v) : src[v];
   }
 }
 
@@ -284,16 +286,18 @@ __device__ __forceinline__ ClusterSlice<T, VEC> cluster_slice(const Tier1Args& a
 }
 
 // Pass 1: load the slice chunk by chunk, merging the thread's statistics; the last chunk stays in raw.
-// stage_affine() runs while the first chunk is in flight; evict_last: load the last chunk with evict_first.
+// stage_affine() runs while the first chunk is in flight; evict_last: load the last chunk with evict_first;
+// evict_stashed: load the stashed slots with evict_first.
 template <typename T, int VEC, int ITEMS, bool kStash, typename StageAffine>
 __device__ __forceinline__ Stats load_slice(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
                                             const SliceView& s, Pack<T, VEC>* stash, bool evict_last,
-                                            StageAffine&& stage_affine) {
+                                            StageAffine&& stage_affine, bool evict_stashed = false) {
   Stats acc = {0.f, 0.f, 0.f};
   const int chunk = s.stride * ITEMS;
   for (int ci = 0; ci < s.chunks; ++ci) {
     const int first = s.v_begin + ci * chunk + int(threadIdx.x);
-    load_chunk(raw, src, first, s.stride, s.v_end, evict_last && ci == s.chunks - 1);
+    load_chunk(raw, src, first, s.stride, s.v_end, evict_last && ci == s.chunks - 1,
+               evict_stashed ? s.stash - ci * ITEMS : 0);
     if (ci == 0) stage_affine();
     acc = merge(acc, thread_stats(raw, first, s.stride, s.v_end));
     if (kStash && ci < s.chunks - 1) {
