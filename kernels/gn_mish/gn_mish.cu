@@ -151,15 +151,20 @@ int resident_memo(const void* kernel, int threads, int k, int smem) {
 }
 
 // The tier-1 kernel of a plan: the cluster kernel with full or half register chunks, with a stash or without
-// (the stash needs 16-byte vectors), or the persistent one.
+// (the stash needs 16-byte vectors), without a stash also with whole-vector normalise (whole: L % VEC == 0), or the
+// persistent one.
 template <typename T, int VEC>
-const void* tier1_kernel(bool persistent, int items, bool stash) {
+const void* tier1_kernel(bool persistent, int items, bool stash, bool whole = false) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
   if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, kHalf>);
   if constexpr (VEC > 1) {
     if (stash) {
       return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, true>)
                             : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, true>);
+    }
+    if (whole) {
+      return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false, true>)
+                            : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false, true>);
     }
   }
   return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false>)
@@ -176,11 +181,11 @@ const void* smem_kernel(int items) {
   return nullptr;
 }
 
-// The tier-1 kernel of any tier-1 plan.
+// The tier-1 kernel of any tier-1 plan (whole: L % VEC == 0, no vector straddles a channel).
 template <typename T, int VEC>
-const void* tier1_plan_kernel(const Plan& plan) {
+const void* tier1_plan_kernel(const Plan& plan, bool whole = false) {
   return plan.smem_slice ? smem_kernel<T, VEC>(plan.items) : tier1_kernel<T, VEC>(plan.persistent, plan.items,
-                                                                                 plan.stash > 0);
+                                                                                 plan.stash > 0, whole);
 }
 
 // The tier-2 kernel: full or half chunks, with a stash or without, and for fp32 with a stash also with L2
@@ -283,7 +288,7 @@ struct LaunchOp {
       args[4] = &a;
       return cudaLaunchKernelExC(&cfg, kernel, args);
     }
-    const void* kernel = tier1_plan_kernel<T, VEC>(plan);
+    const void* kernel = tier1_plan_kernel<T, VEC>(plan, p.length % VEC == 0);
     if (kernel == nullptr) return cudaErrorInvalidValue;
     prepare_tier1(kernel);
     Tier1Args a = shape;
@@ -293,12 +298,12 @@ struct LaunchOp {
 };
 
 template <typename T, int VEC>
-struct ResidentOp {
-  static cudaError_t run(const Plan& plan, int* ctas) {
+struct ResidentOp {  // of the kernel that LaunchOp launches
+  static cudaError_t run(const Problem& p, const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
             : plan.tier == 2 ? resident_memo(grid_plan_kernel<T, VEC>(plan), plan.threads, 1, plan.smem_bytes)
-                             : resident_memo(tier1_plan_kernel<T, VEC>(plan), plan.threads, plan.cluster,
-                                             plan.smem_bytes);
+                             : resident_memo(tier1_plan_kernel<T, VEC>(plan, p.length % VEC == 0), plan.threads,
+                                             plan.cluster, plan.smem_bytes);
     return cudaSuccess;
   }
 };
@@ -347,7 +352,7 @@ cudaError_t make_plan(const Problem& p, const void* x, const void* y, const Limi
 }
 
 cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas) {
-  return dispatch<ResidentOp>(p.dtype, plan.vec > 1, plan, ctas);
+  return dispatch<ResidentOp>(p.dtype, plan.vec > 1, p, plan, ctas);
 }
 
 cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,

@@ -312,7 +312,8 @@ __device__ __forceinline__ Stats load_slice(Pack<T, VEC> (&raw)[ITEMS], const Pa
 
 // Pass 2: normalise, affine, mish and store the slice, newest chunk first: the last is still in raw, stashed
 // slots come from shared memory, the rest is re-read (mostly from L2). evict: store y with evict_first.
-template <typename T, int VEC, int ITEMS, bool kStash>
+// kWhole: no vector straddles a channel (L % VEC == 0): normalize_whole, no branch between a thread's vectors.
+template <typename T, int VEC, int ITEMS, bool kStash, bool kWhole = false>
 __device__ __forceinline__ void normalize_slice(Pack<T, VEC> (&raw)[ITEMS], const Pack<T, VEC>* __restrict__ src,
                                                 Pack<T, VEC>* __restrict__ dst, const SliceView& s,
                                                 const Pack<T, VEC>* stash, const Affine<T>& af, float mean,
@@ -336,8 +337,13 @@ __device__ __forceinline__ void normalize_slice(Pack<T, VEC> (&raw)[ITEMS], cons
       const int v = first + j * s.stride;
       if (v < s.v_end) {
         const int c = int(af.L.div(uint32_t(v * VEC)));
-        const P out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, af.gamma(c), af.beta(c), af.gamma_g,
-                                            af.beta_g, mean, rstd);
+        P out;
+        if constexpr (kWhole) {
+          out = normalize_whole<T, VEC>(raw[j], af.gamma(c), af.beta(c), mean, rstd);
+        } else {
+          out = normalize_vec<T, VEC>(raw[j], c, v * VEC - c * L, L, af.gamma(c), af.beta(c), af.gamma_g, af.beta_g,
+                                      mean, rstd);
+        }
         if (evict) {
           store_evict_first(dst + v, out);
         } else {
@@ -360,7 +366,13 @@ __device__ __forceinline__ void stage_affine(const Affine<T>& af, int cg, float*
 // kStash: a separate instantiation for plans with a stash; without it the kernel is the code before the stash
 // existed (an H200 measured the fp32 one-chunk kernel 40 % slower with the stash paths compiled in but unused,
 // b64_c512_l1024 117 vs 83 us, at the same occupancy and an equivalent load sequence).
-template <typename T, int VEC, int ITEMS, bool kStash>
+// kWhole (without a stash; launched where L % VEC == 0): whole-vector normalise. H200, same process against the
+// straddle-checking one (tune/gn_mish-t1-whole-ab-20261122.txt): b1_c256_l1024 0.962-0.966, b1_c512_l1024 0.971,
+// b1_c1024_l1024 0.955, b8_c256_l1024 0.962, b64_c256_l256 0.964, b16_c1024_l2048 0.973, b64_c1024_l1024 0.984,
+// bf16 b16_c1024_l2048 0.987. (At 4552632, before the one-way exchange and the symmetric merges cut registers, the same
+// change spilled the 16-bit kernels and lost on streaming plans; tier 2 without a stash still measures 1.004-1.014,
+// and the stash kernels keep normalize_vec too.)
+template <typename T, int VEC, int ITEMS, bool kStash, bool kWhole = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_cluster_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                            T* __restrict__ y, Tier1Args a) {
@@ -384,8 +396,9 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                                       [&] { stage_affine(cs.af, a.cg, staged); });
   const Stats cta = cta_reduce_publish(acc, 1, false, warp_part, nullptr);
   const Stats total = cs.cluster > 1 ? exchange(xchg, cta, cs.cluster, cs.rank) : cta;
-  normalize_slice<T, VEC, ITEMS, kStash>(raw, cs.src, cs.dst, s, stash, cs.af, total.mean,
-                                         fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming);
+  static_assert(!(kWhole && kStash), "the stash kernels keep normalize_vec");
+  normalize_slice<T, VEC, ITEMS, kStash, kWhole>(raw, cs.src, cs.dst, s, stash, cs.af, total.mean,
+                                                 fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming);
 }
 
 }  // namespace gn_mish::detail
