@@ -150,22 +150,24 @@ int resident_memo(const void* kernel, int threads, int k, int smem) {
   return memo(kernel, threads, k, smem, resident);
 }
 
+// The cluster kernel of 16-byte vectors with full or half register chunks.
+template <typename T, int VEC, bool kStash, bool kWhole>
+const void* cluster_kernel(int items) {
+  constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
+  return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, kStash, kWhole>)
+                        : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, kStash, kWhole>);
+}
+
 // The tier-1 kernel of a plan: the cluster kernel with full or half register chunks, with a stash or without
-// (the stash needs 16-byte vectors), without a stash also with whole-vector normalise (whole: L % VEC == 0), or the
-// persistent one.
+// (the stash needs 16-byte vectors), with whole-vector normalise or not (whole: L % VEC == 0; 16-byte vectors), or
+// the persistent one.
 template <typename T, int VEC>
 const void* tier1_kernel(bool persistent, int items, bool stash, bool whole = false) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
   if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, kHalf>);
   if constexpr (VEC > 1) {
-    if (stash) {
-      return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, true>)
-                            : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, true>);
-    }
-    if (whole) {
-      return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false, true>)
-                            : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false, true>);
-    }
+    if (stash) return whole ? cluster_kernel<T, VEC, true, true>(items) : cluster_kernel<T, VEC, true, false>(items);
+    if (whole) return cluster_kernel<T, VEC, false, true>(items);
   }
   return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false>)
                         : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false>);

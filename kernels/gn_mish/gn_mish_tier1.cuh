@@ -366,12 +366,12 @@ __device__ __forceinline__ void stage_affine(const Affine<T>& af, int cg, float*
 // kStash: a separate instantiation for plans with a stash; without it the kernel is the code before the stash
 // existed (an H200 measured the fp32 one-chunk kernel 40 % slower with the stash paths compiled in but unused,
 // b64_c512_l1024 117 vs 83 us, at the same occupancy and an equivalent load sequence).
-// kWhole (without a stash; launched where L % VEC == 0): whole-vector normalise. H200, same process against the
-// straddle-checking one (tune/gn_mish-t1-whole-ab-20261122.txt): b1_c256_l1024 0.962-0.966, b1_c512_l1024 0.971,
+// kWhole (launched where L % VEC == 0): whole-vector normalise. H200, same process against the straddle-checking
+// one (tune/gn_mish-t1-whole-ab-20261122.txt): without a stash b1_c256_l1024 0.962-0.966, b1_c512_l1024 0.971,
 // b1_c1024_l1024 0.955, b8_c256_l1024 0.962, b64_c256_l256 0.964, b16_c1024_l2048 0.973, b64_c1024_l1024 0.984,
-// bf16 b16_c1024_l2048 0.987. (At 4552632, before the one-way exchange and the symmetric merges cut registers, the same
-// change spilled the 16-bit kernels and lost on streaming plans; tier 2 without a stash still measures 1.004-1.014,
-// and the stash kernels keep normalize_vec too.)
+// bf16 b16_c1024_l2048 0.987; with the stash b8_c2048_l1024 0.942, b8_c512_l4096 0.951. (At 4552632, before the
+// one-way exchange and the symmetric merges cut registers, the same change spilled the 16-bit kernels and lost on
+// streaming plans; tier 2 measures 0.984-1.014 with it and keeps normalize_vec.)
 template <typename T, int VEC, int ITEMS, bool kStash, bool kWhole = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_cluster_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
@@ -396,7 +396,6 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
                                                       [&] { stage_affine(cs.af, a.cg, staged); });
   const Stats cta = cta_reduce_publish(acc, 1, false, warp_part, nullptr);
   const Stats total = cs.cluster > 1 ? exchange(xchg, cta, cs.cluster, cs.rank) : cta;
-  static_assert(!(kWhole && kStash), "the stash kernels keep normalize_vec");
   normalize_slice<T, VEC, ITEMS, kStash, kWhole>(raw, cs.src, cs.dst, s, stash, cs.af, total.mean,
                                                  fast_rsqrt(total.m2 * a.inv_n + a.eps), streaming);
 }
