@@ -847,12 +847,13 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
 @pytest.mark.parametrize("stash", [3, 6, 11])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_fused_tier2_multi_round_stash_matches_reference(registry, fam, dtype, stash):
-    """Slots that loop over more groups than fit at once with a stash (for fp32 the kernel with L2 evict_first
-    hints): a stash ending mid-chunk (3 or 6 of 8 / 4 vectors) or covering the first chunk, 2-5 rounds
-    with slots that run out of groups early, vectors straddling channels (L = 15998)."""
-    for B, ctas in [(16, 2), (24, 3)]:
+    """Slots that loop over more groups than fit at once with a stash (fp32: the kernel with L2 evict_first hints;
+    bf16 in half chunks: whole-vector normalise where L % 8 == 0): a stash ending mid-chunk (3 or 6 of 8 / 4
+    vectors) or covering the first chunk, 2-5 rounds with slots that run out of groups early, vectors straddling
+    channels (L = 15998) or not (L = 16000)."""
+    for B, ctas, L in [(16, 2, 15998), (24, 3, 16000)]:
         tuning = _fused_module().Tuning(t2=1, t2_ctas=ctas, t1_threads=1024, t1_stash=stash)
-        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c64_l15998", dtype, B=B, C=64, L=15998, G=8), tuning)
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c64_l{L}", dtype, B=B, C=64, L=L, G=8), tuning)
         assert plan["tier"] == 2 and plan["persistent"] and plan["chunks"] == 2, plan
         assert plan["stash"] == min(stash, plan["items"]) and plan["grid"] < B * 8 * ctas, plan
 

@@ -190,33 +190,40 @@ const void* tier1_plan_kernel(const Plan& plan, bool whole = false) {
                                                                                  plan.stash > 0, whole);
 }
 
-// The tier-2 kernel: full or half chunks, with a stash or without, and for fp32 with a stash also with L2
-// evict_first on what pass 2 does not re-read (evict).
-template <typename T, int VEC>
-const void* grid_kernel(int items, bool stash, bool evict = false) {
+// A tier-2 kernel with full or half register chunks.
+template <typename T, int VEC, bool kStash, bool kEvict, bool kWhole>
+const void* grid_items_kernel(int items) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
-  if constexpr (VEC > 1 && sizeof(T) == 4) {
-    if (stash && evict) {
-      return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, true, true>)
-                            : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true, true>);
-    }
-  }
-  if (stash) {
-    return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, true>)
-                          : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true>);
-  }
-  return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, false>)
-                        : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, false>);
+  return items == kFull ? reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kFull, kStash, kEvict, kWhole>)
+                        : reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, kStash, kEvict, kWhole>);
 }
 
-// The tier-2 kernel of a tier-2 plan: fp32 slots that loop over more groups with a stash use the L2 hints, where
-// that kernel is as resident as the plan assumed (the planner sized the grid with the plain stash kernel).
+// The tier-2 kernel: full or half chunks, with a stash or without; with a stash (16-byte vectors) also, for fp32,
+// with L2 evict_first on what pass 2 does not re-read (evict) and, for 16-bit in half chunks (the 1024-thread
+// default; with full chunks that kernel would spill), with whole-vector normalise (whole: L % VEC == 0).
 template <typename T, int VEC>
-const void* grid_plan_kernel(const Plan& plan) {
+const void* grid_kernel(int items, bool stash, bool evict = false, bool whole = false) {
+  if constexpr (VEC > 1 && sizeof(T) == 4) {
+    if (stash && evict) return grid_items_kernel<T, VEC, true, true, false>(items);
+  } else if constexpr (VEC > 1) {
+    constexpr int kHalf = tier1_items_half(VEC);
+    if (stash && whole && items == kHalf) {
+      return reinterpret_cast<const void*>(gn_mish_grid_kernel<T, VEC, kHalf, true, false, true>);
+    }
+  }
+  return stash ? grid_items_kernel<T, VEC, true, false, false>(items)
+               : grid_items_kernel<T, VEC, false, false, false>(items);
+}
+
+// The tier-2 kernel of a tier-2 plan (whole: L % VEC == 0): with a stash, fp32 slots that loop over more groups use
+// the L2 hints and 16-bit normalises whole vectors, where that kernel is as resident as the plan assumed (the planner
+// sized the grid with the plain stash kernel).
+template <typename T, int VEC>
+const void* grid_plan_kernel(const Plan& plan, bool whole) {
   const void* plain = grid_kernel<T, VEC>(plan.items, plan.stash > 0);
-  if (sizeof(T) != 4 || !plan.persistent || plan.stash == 0) return plain;
-  const void* evicting = grid_kernel<T, VEC>(plan.items, true, true);
-  return resident_memo(evicting, plan.threads, 1, plan.smem_bytes) >= plan.grid ? evicting : plain;
+  if (plan.stash == 0) return plain;
+  const void* tuned = grid_kernel<T, VEC>(plan.items, true, plan.persistent, whole);
+  return tuned == plain || resident_memo(tuned, plan.threads, 1, plan.smem_bytes) >= plan.grid ? tuned : plain;
 }
 
 template <typename T, int VEC>
@@ -283,7 +290,7 @@ struct LaunchOp {
       if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
       }
-      const void* kernel = grid_plan_kernel<T, VEC>(plan);
+      const void* kernel = grid_plan_kernel<T, VEC>(plan, p.length % VEC == 0);
       prepare_tier1(kernel);
       GridArgs a = {shape, plan.cluster, int(plan.grid / plan.cluster), static_cast<float4*>(ws.partials),
                     static_cast<unsigned*>(ws.counters)};
@@ -303,7 +310,8 @@ template <typename T, int VEC>
 struct ResidentOp {  // of the kernel that LaunchOp launches
   static cudaError_t run(const Problem& p, const Plan& plan, int* ctas) {
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
-            : plan.tier == 2 ? resident_memo(grid_plan_kernel<T, VEC>(plan), plan.threads, 1, plan.smem_bytes)
+            : plan.tier == 2 ? resident_memo(grid_plan_kernel<T, VEC>(plan, p.length % VEC == 0), plan.threads, 1,
+                                             plan.smem_bytes)
                              : resident_memo(tier1_plan_kernel<T, VEC>(plan, p.length % VEC == 0), plan.threads,
                                              plan.cluster, plan.smem_bytes);
     return cudaSuccess;

@@ -226,8 +226,8 @@ __device__ __noinline__ Pack<T, VEC> normalize_straddling(Pack<T, VEC> in, int c
 // where the caller knows no vector straddles a channel (L % VEC == 0), a thread's vectors are straight-line code
 // that the scheduler interleaves (with normalize_vec's out-of-line straddling call in between, each vector's
 // ~270-cycle chain ran after the previous one: H200 trace, B = 1, 0.14 us per vector per thread). Used by tier 0
-// (Push-T graph 1-5 % faster), the shared-memory slice (1.5-3 %) and tier 1 (kWhole: 1.3-5.8 %); tier 2 keeps
-// normalize_vec (H200 A/B, NOTES.md).
+// (Push-T graph 1-5 % faster), the shared-memory slice (1.5-3 %), tier 1 (kWhole: 1.3-5.8 %) and 16-bit tier 2 with
+// a stash (0.6-1.8 %); fp32 tier 2 and tier 2 without a stash keep normalize_vec (H200 A/B, NOTES.md).
 template <typename T, int VEC>
 __device__ __forceinline__ Pack<T, VEC> normalize_whole(const Pack<T, VEC>& in, float g0, float b0, float mean,
                                                         float rstd) {

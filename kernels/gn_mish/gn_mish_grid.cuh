@@ -15,8 +15,8 @@
 // departure counter: the last CTA out resets both counters, so every launch, of any S, finds them at zero. Global
 // memory from the host: 2 counters per group (zero before the first launch) and S 16-byte partials per group.
 // GridArgs carries tier 1's Tier1Args (one launch-side construction for both tiers) plus the barrier's fields.
-// fp32 plans with a stash whose slots loop over more groups than fit at once take the kEvict instantiation: L2
-// evict_first on everything pass 2 does not re-read through L2.
+// fp32 plans with a stash whose slots loop over more groups than fit at once take the kEvict instantiation (L2
+// evict_first on everything pass 2 does not re-read through L2), 16-bit plans with a stash the kWhole one.
 #pragma once
 
 #include "gn_mish_tier1.cuh"
@@ -65,7 +65,10 @@ __device__ __forceinline__ void group_depart(const GridArgs& a, int group) {
 // last chunk alone 0.968x, the stash alone 1.008x); 16-bit (2 rounds) 0.985-1.003x, so 16-bit keeps plain loads
 // and stores as in tier 1; one round (B = 1) 1.05x slower, so those plans keep the plain kernel
 // (tune/gn_mish-t2-l2-hints-ab-20261122.txt).
-template <typename T, int VEC, int ITEMS, bool kStash, bool kEvict = false>
+// kWhole (16-bit with kStash, launched where L % VEC == 0): whole-vector normalise, as in tier 1; H200, two A/B runs
+// (tune/gn_mish-t1-whole-ab-20261122.txt): bf16 / fp16 b1_c2048_l4096 0.982-0.986 / 0.984-0.989, b8_c2048_l4096
+// 0.993-0.999 / 0.987-0.988. fp32 (1.001-1.012) and the kernels without a stash (1.004-1.014) keep normalize_vec.
+template <typename T, int VEC, int ITEMS, bool kStash, bool kEvict = false, bool kWhole = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_grid_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                         T* __restrict__ y, GridArgs a) {
@@ -102,8 +105,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
       part = {q.x, q.y, q.z};
     }
     const Stats total = warp_allreduce(part, pow2 ? a.ctas : kWarp);
-    normalize_slice<T, VEC, ITEMS, kStash>(raw, src, dst, s, stash, af, total.mean,
-                                           fast_rsqrt(total.m2 * t.inv_n + t.eps), kEvict);
+    normalize_slice<T, VEC, ITEMS, kStash, kWhole>(raw, src, dst, s, stash, af, total.mean,
+                                                   fast_rsqrt(total.m2 * t.inv_n + t.eps), kEvict);
     if (threadIdx.x == 0) group_depart(a, group);
     if (group + a.slots < t.num_groups) __syncthreads();  // staged gamma/beta and warp_part are reused
   }
