@@ -21,7 +21,9 @@
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA
 // shape, the tier-1 CTA size, items per thread, cluster cap, residency, persistence, stash and shared-memory slice,
-// and tier 2 and its CTAs per group; 0 = the default.
+// and tier 2 and its CTAs per group; 0 = the default. The launch then picks the plan's kernel instantiation from
+// the shape, not a knob: whole-vector normalise where L % VEC == 0 (tier 1; 16-bit tier 2 with a stash), L2
+// evict_first for fp32 tier 2 with a stash over several rounds.
 #include "gn_mish.cuh"
 
 #include <cstdint>

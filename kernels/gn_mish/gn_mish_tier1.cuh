@@ -14,7 +14,8 @@
 // no integer division in the index math; the butterfly no longer diverges; a streaming fp32 CTA loads its last
 // chunk and stores y with L2 evict_first, so the chunks it re-reads stay in L2; with a stash (`kStash`: plans whose
 // re-reads outgrow the L2), a streaming CTA keeps the first `stash` vectors per thread of its oldest chunks in
-// shared memory (dynamic, after the staged gamma/beta) and re-reads only the rest.
+// shared memory (dynamic, after the staged gamma/beta) and re-reads only the rest; where no vector straddles a
+// channel (L % VEC == 0) the kWhole kernels normalise whole vectors without a branch between them.
 #pragma once
 
 #include <cooperative_groups.h>
@@ -371,7 +372,7 @@ __device__ __forceinline__ void stage_affine(const Affine<T>& af, int cg, float*
 // b1_c1024_l1024 0.955, b8_c256_l1024 0.962, b64_c256_l256 0.964, b16_c1024_l2048 0.973, b64_c1024_l1024 0.984,
 // bf16 b16_c1024_l2048 0.987; with the stash b8_c2048_l1024 0.942, b8_c512_l4096 0.951. (At 4552632, before the
 // one-way exchange and the symmetric merges cut registers, the same change spilled the 16-bit kernels and lost on
-// streaming plans; tier 2 measures 0.984-1.014 with it and keeps normalize_vec.)
+// streaming plans. Tier 2: gn_mish_grid.cuh.)
 template <typename T, int VEC, int ITEMS, bool kStash, bool kWhole = false>
 __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_cluster_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
