@@ -152,7 +152,7 @@ int resident_memo(const void* kernel, int threads, int k, int smem) {
   return memo(kernel, threads, k, smem, resident);
 }
 
-// The cluster kernel of 16-byte vectors with full or half register chunks.
+// The cluster kernel with full or half register chunks.
 template <typename T, int VEC, bool kStash, bool kWhole>
 const void* cluster_kernel(int items) {
   constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
@@ -165,14 +165,12 @@ const void* cluster_kernel(int items) {
 // the persistent one.
 template <typename T, int VEC>
 const void* tier1_kernel(bool persistent, int items, bool stash, bool whole = false) {
-  constexpr int kFull = tier1_items_full(VEC), kHalf = tier1_items_half(VEC);
-  if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, kHalf>);
+  if (persistent) return reinterpret_cast<const void*>(gn_mish_persistent_kernel<T, VEC, tier1_items_half(VEC)>);
   if constexpr (VEC > 1) {
     if (stash) return whole ? cluster_kernel<T, VEC, true, true>(items) : cluster_kernel<T, VEC, true, false>(items);
     if (whole) return cluster_kernel<T, VEC, false, true>(items);
   }
-  return items == kFull ? reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kFull, false>)
-                        : reinterpret_cast<const void*>(gn_mish_cluster_kernel<T, VEC, kHalf, false>);
+  return cluster_kernel<T, VEC, false, false>(items);
 }
 
 // The shared-memory-slice kernel of a plan (16-byte vectors only): 6 CTAs per SM up to 8 vectors per thread, else 3.
