@@ -352,7 +352,8 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   auto clusters = [&](int, int k, int) { return k <= kPortableCluster || fits16 ? resident_clusters : 0; };
   const bool few = resident_clusters < 8;  // the "few resident" variant: tier 2 cannot be resident at all
   auto grid_resident = [&](int threads, int smem) { return grid_ctas_per_sm(dev, threads, smem, few); };
-  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident);
+  auto t1_resident = [&](const Plan& q) { return int(std::min<int64_t>(1 << 30, int64_t(resident_clusters) * q.cluster)); };
+  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident, t1_resident);
   const int64_t nv = p.channels / p.groups * p.length / vec, groups = p.batch * p.groups;
   ++checked;
   persistent += pl.persistent;
@@ -565,9 +566,15 @@ int main() {
                (long long*)&p.channels, (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster,
                &k.t0_threads, &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
                &k.t1_stash, &k.t2, &k.t2_ctas, &k.t1_smem) == 17) {
+    // tier-1 kernels resident at once: as many CTAs as the SMs hold, except 4- and 8-CTA clusters of 1024-thread CTAs,
+    // of which an H200 holds 120
+    const auto t1_resident = [](const Plan& pl) {
+      return pl.threads == 1024 && pl.cluster >= 4 ? 120 : 132 * std::min(65536 / (pl.threads * 64), 2048 / pl.threads);
+    };
     const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; },
                                 [](int threads, int smem) { return std::min({65536 / (threads * 64), 2048 / threads,
-                                                                             233472 / (smem + 512 + 1024)}); });
+                                                                             233472 / (smem + 512 + 1024)}); },
+                                t1_resident);
     printf("%d %d %d %d %d %d %d %lld %d %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta,
            pl.cluster, pl.items, pl.chunks, (long long)pl.grid, pl.stash, pl.smem_slice);
   }
@@ -651,7 +658,8 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     """The rule's regimes (NOTES.md): tier 0 one vector per thread up to 132 groups, two beyond, 128-thread CTAs;
     tier 1 with 2 * groups <= SMs: clusters of <= 8, <= one CTA per SM (streaming as many chunks as it takes); else
     256-thread CTAs in clusters of <= 8 holding the group, or clusters of <= 8 CTAs of 512 threads streaming (2 chunks
-    where 8 CTAs suffice); tier 2's regimes, including 16-bit 1024-thread CTAs in half chunks."""
+    where 8 CTAs suffice); tier 2's regimes, including 16-bit 1024-thread CTAs in half chunks, 16-bit plans that
+    tier 1 would stream and one-wave plans whose clusters do not fit, where tier 2 holds every group at once."""
     default = _fused_module().Tuning().as_list()
     # (B, C, L, G), vec -> plan (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid, stash,
     # smem_slice)
@@ -675,7 +683,15 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
         ((8, 2048, 4096, 8), 8): (2, 1024, 0, 1, 4, 4, 8, 132, 14, 0),  # bf16, tier 1 would re-read 117 MB: tier
         # 2, S = 4 (33 slots, 2 rounds), 4 vectors of 8 per chunk, 14 of 32 slots stashed
-        ((16, 1024, 2048, 8), 8): (1, 512, 0, 1, 4, 8, 2, 512, 0, 0),   # bf16, 17 MB of re-reads: tier 1
+        ((16, 1024, 2048, 8), 8): (2, 1024, 0, 1, 1, 4, 8, 128, 14, 0),  # bf16: tier 1 would stream 2 chunks and
+        # tier 2 holds all 128 groups at once (S = 1, one round): tier 2
+        ((16, 1024, 4096, 8), 8): (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0),  # bf16, tier 2 would take 2 rounds: tier 1
+        ((8, 1024, 1024, 8), 8): (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0),   # bf16, one chunk: tier 1
+        ((6, 1024, 2048, 8), 8): (1, 1024, 0, 1, 2, 8, 2, 96, 0, 0),    # bf16 streaming, but tier 2's one round would
+        # fill 96 of 132 SMs: tier 1
+        ((4, 1024, 4096, 8), 4): (2, 1024, 0, 1, 4, 8, 4, 128, 14, 0),  # fp32: 32 clusters of 4 x 1024 meant as one
+        # wave, but only 120 of the 128 CTAs fit at once; tier 2 holds them all: tier 2
+        ((3, 1024, 4096, 8), 4): (1, 1024, 0, 1, 4, 8, 4, 96, 14, 0),   # fp32, 96 CTAs fit: tier 1
         ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 16 x 1024, registers + 8 stash slots
         ((1, 2048, 4096, 8), 8): (2, 1024, 0, 1, 16, 4, 2, 128, 4, 0),  # bf16, 1024 threads: two half chunks, the
         # first stashed (one chunk of 8 vectors per thread fits, and measured 4 % slower)

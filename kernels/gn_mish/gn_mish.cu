@@ -262,7 +262,11 @@ struct PlanOp {
     auto grid_resident = [grid, &dev](int threads, int smem) {
       return resident_memo(grid, threads, 1, smem) / std::max(1, dev.sms);
     };
-    *plan = choose_plan(p, limits, dev, VEC, fits16, clusters, grid_resident);
+    const bool whole = p.length % VEC == 0;
+    auto t1_resident = [whole](const Plan& pl) {
+      return resident_memo(tier1_plan_kernel<T, VEC>(pl, whole), pl.threads, pl.cluster, pl.smem_bytes);
+    };
+    *plan = choose_plan(p, limits, dev, VEC, fits16, clusters, grid_resident, t1_resident);
     return cudaSuccess;
   }
 };

@@ -388,15 +388,32 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
 // (b1_c256_l1024 7.8 vs 7.8-8.5, b1_c512_l1024 8.8 vs 9.0, b1_c1024_l1024 9.8-10.4 vs 10.0-10.1 us at 32K vectors);
 // (b) groups that tier 1 (plan t1) streams with more than half the L2 re-read in flight even with its stash: fp32
 // b8_c2048_l4096 193.4 -> 174.9-177.5 us, bf16 (117 MB) 100.8 -> 95.8 at S = 4 (until the cheaper 16-bit normalise
-// of 8884435, 16-bit stayed on tier 1: 102.3 vs 106.6 at 55c48d4), while bf16 b16_c1024_l2048 (17 MB) stays (52.6 vs
-// 57.6 at its best S). Many groups stay on tier 1 (b16_c1024_l2048 87.3 vs 87.3, b64_c1024_l1024 156.6 vs 175.4), as
-// do B = 8 groups that fit (b8_c2048_l1024, stash: 41.4 vs 42.2).
+// of 8884435, 16-bit stayed on tier 1: 102.3 vs 106.6 at 55c48d4); bf16 b16_c1024_l2048 (17 MB) is not re-read enough
+// for this rule (at 55c48d4 tier 1 won, 52.6 vs 57.6; rule (c) of grid_one_round_by_default now moves it). Many fp32
+// groups stay on tier 1 (b16_c1024_l2048 87.3 vs 87.3, b64_c1024_l1024 156.6 vs 175.4), as do B = 8 groups that fit
+// (b8_c2048_l1024, stash: 41.4 vs 42.2).
 inline bool grid_by_default(const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv, int64_t groups,
                             const Plan& t1) {
   if (groups * 8 <= dev.sms && nv >= kGridFewMinVecs) return true;
   if (vec == 1 || t1.chunks < 2) return false;
   const int64_t in_flight = std::min<int64_t>(t1.grid, int64_t(ctas_per_sm(lim, t1.threads)) * dev.sms);
   return in_flight * t1.threads * 16 * ((t1.chunks - 1) * t1.items - t1.stash) > dev.l2_bytes / 2;
+}
+
+// Tier 2 by default where its one round holds every group and fills >= 90 % of the SMs (the caller checks that), in
+// two cases the rules above keep on tier 1, measured on an H200 (NOTES.md "Tier 2 in one round"):
+// (c) 16-bit plans that tier 1 streams (>= 2 chunks), where tier 2's half chunks, stash and whole-vector normalise
+//     win: bf16 b16_c1024_l2048 52.2 -> 46.8 us, b8_c2048_l1024 28.0 -> 26.2, b5_c1024_l4096 40.4 -> 34.4,
+//     b3_c2048_l4096 44.5 -> 39.2 (0.85-0.97 on 21 bf16 / fp16 shapes; B = 6 and 12, whose one round fills 96 SMs,
+//     lost up to 3 % or tied: hence the 90 %);
+// (d) one-wave tier-1 plans (grid <= SMs) whose clusters do not all fit at once (t1_resident(plan): CTAs of its
+//     kernel resident together; 4- and 8-CTA clusters of 1024 threads: 120 of 128 on an H200), where the last
+//     clusters ran as a second wave: fp32 b4_c1024_l4096 62.3 -> 41.9 us, b4_c512_l2048 20.6 -> 15.6, bf16
+//     b4_c2048_l4096 80.7 -> 47.1 (0.58-0.76 on 17 shapes).
+template <typename T1Resident>
+bool grid_one_round_by_default(const DeviceInfo& dev, int vec, const Plan& t1, T1Resident&& t1_resident) {
+  if (vec == 1 || t1.tier != 1) return false;
+  return (vec == 8 && t1.chunks >= 2) || (t1.grid <= dev.sms && t1_resident(t1) < t1.grid);
 }
 
 // Tier 1 with the slice in shared memory (gn_mish_smem.cuh) for a one-chunk plan of <= 256-thread CTAs and 16-byte
@@ -434,9 +451,9 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
   *pl = q;
 }
 
-template <typename Fits16, typename Clusters, typename GridResident>
+template <typename Fits16, typename Clusters, typename GridResident, typename T1Resident>
 Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, Fits16&& fits16,
-                 Clusters&& clusters, GridResident&& grid_resident) {
+                 Clusters&& clusters, GridResident&& grid_resident, T1Resident&& t1_resident) {
   const int64_t nv = p.channels / p.groups * p.length / vec;
   const int64_t groups = p.batch * p.groups;
   Plan out;
@@ -448,6 +465,12 @@ Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int
     plan_tier1(p, lim, dev, vec, nv, groups, fits16, clusters, &out);
     if (lim.t2 == 0 && grid_by_default(lim, dev, vec, nv, groups, out)) {
       plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out);  // unchanged if it cannot be resident
+    } else if (lim.t2 == 0 && grid_one_round_by_default(dev, vec, out, t1_resident)) {
+      Plan q = out;
+      if (plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &q) && !q.persistent &&
+          q.grid * 10 >= int64_t(dev.sms) * 9) {
+        out = q;
+      }
     }
     plan_smem_slice(p, lim, dev, &out);
   }
