@@ -352,8 +352,11 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   auto clusters = [&](int, int k, int) { return k <= kPortableCluster || fits16 ? resident_clusters : 0; };
   const bool few = resident_clusters < 8;  // the "few resident" variant: tier 2 cannot be resident at all
   auto grid_resident = [&](int threads, int smem) { return grid_ctas_per_sm(dev, threads, smem, few); };
-  auto t1_resident = [&](const Plan& q) { return int(std::min<int64_t>(1 << 30, int64_t(resident_clusters) * q.cluster)); };
-  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident, t1_resident);
+  auto t1_resident = [&](const Plan& q) {
+    return int(std::min<int64_t>(1 << 30, int64_t(resident_clusters) * q.cluster));
+  };
+  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident,
+                              t1_resident);
   const int64_t nv = p.channels / p.groups * p.length / vec, groups = p.batch * p.groups;
   ++checked;
   persistent += pl.persistent;
