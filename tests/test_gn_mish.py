@@ -553,15 +553,16 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
 
 
 PLAN_PRINT_MAIN = r"""
-// Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit) for each input line
-// "B C L G vec <12 Limits fields>": tier threads group_threads groups_per_cta cluster items chunks grid stash
-// smem_slice.
+// Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit; argv[1]: the L2 bytes,
+// 60 MB unless given, 50 MB for an H100) for each input line "B C L G vec <12 Limits fields>": tier threads
+// group_threads groups_per_cta cluster items chunks grid stash smem_slice.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
-int main() {
-  const DeviceInfo h200{132, 9, 233472, 1024, 232448, 62914560};
+int main(int argc, char** argv) {
+  const DeviceInfo h200{132, 9, 233472, 1024, 232448, argc > 1 ? atoi(argv[1]) : 62914560};
   Problem p;
   Limits k;
   int vec = 0;
@@ -611,6 +612,9 @@ H200_DEFAULTS = {
 }
 
 
+H200_L2, H100_L2 = 62914560, 52428800  # bytes, as torch reports them on the lent machines
+
+
 @pytest.fixture(scope="module")
 def plan_printer(tmp_path_factory):
     """The host-compiled planner as a function ((B, C, L, G), vec, knobs) -> plan tuple (H200-like device)."""
@@ -623,10 +627,11 @@ def plan_printer(tmp_path_factory):
                            capture_output=True, text=True, timeout=600)
     assert build.returncode == 0, build.stderr[-3000:]
 
-    def plans(queries: list[tuple[tuple[int, int, int, int], int, list[int]]]) -> list[tuple[int, ...]]:
+    def plans(queries: list[tuple[tuple[int, int, int, int], int, list[int]]], l2_bytes: int = H200_L2) \
+            -> list[tuple[int, ...]]:
         lines = [" ".join(map(str, [*shape, vec, *knobs])) for shape, vec, knobs in queries]
-        run = subprocess.run([str(work / "plan_print")], input="\n".join(lines), capture_output=True, text=True,
-                             timeout=60)
+        run = subprocess.run([str(work / "plan_print"), str(l2_bytes)], input="\n".join(lines), capture_output=True,
+                             text=True, timeout=60)
         assert run.returncode == 0, run.stderr
         return [tuple(map(int, line.split())) for line in run.stdout.splitlines()]
 
@@ -708,6 +713,25 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     plans = plan_printer([(shape, vec, default) for shape, vec in cases])
     for (key, expected), plan in zip(cases.items(), plans):
         assert plan == expected, (key, plan)
+
+
+def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
+    """Tier 2 over several rounds takes, from the L2 rule's S up to 2 S, the S with the fewest rounds per CTA of the
+    group (NOTES.md, "Round balance"): on an H100's 50 MB L2 the rule's S = 5 for bf16 b8_c2048_l4096 (26 slots, 3
+    rounds: 0.6) becomes S = 6 (22 slots, 3 rounds: 0.5; 132.3 -> 121.2 us measured); on the H200's 60 MB the rule's
+    S = 4 (33 slots, 2 rounds) and fp32's S = 8 stay, as do one-round plans and an explicit t2_ctas."""
+    default = _fused_module().Tuning().as_list()
+    s5 = _fused_module().Tuning(t2_ctas=5).as_list()
+    cases = [  # (shape, vec, knobs, L2) -> plan (tier, threads, group threads, groups per CTA, S, items, chunks, grid,
+        # stash, smem_slice)
+        (((8, 2048, 4096, 8), 8, default, H100_L2), (2, 1024, 0, 1, 6, 4, 6, 132, 14, 0)),
+        (((8, 2048, 4096, 8), 8, s5, H100_L2), (2, 1024, 0, 1, 5, 4, 7, 130, 14, 0)),  # t2_ctas: as given
+        (((8, 2048, 4096, 8), 8, default, H200_L2), (2, 1024, 0, 1, 4, 4, 8, 132, 14, 0)),
+        (((8, 2048, 4096, 8), 4, default, H100_L2), (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0)),
+        (((1, 2048, 1024, 8), 4, default, H100_L2), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # one round
+    ]
+    for (shape, vec, knobs, l2), expected in cases:
+        assert plan_printer([(shape, vec, knobs)], l2)[0] == expected, (shape, vec, l2)
 
 
 # ---- fused CUDA kernel (GPU only) --------------------------------------------------------------------------

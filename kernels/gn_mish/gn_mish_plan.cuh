@@ -309,6 +309,24 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
                                                     : out->stage * 2 * int(sizeof(float)));
 }
 
+// Tier 2's CTAs per group when the groups take more than one round: a CTA handles ceil(groups / slots) groups of
+// 1 / S of a group each (slots = resident CTAs / S), a path of rounds / S groups; the L2 rule's S can leave the last
+// round to a few slots while the other SMs idle. Among S .. 2 S (<= 32): the shortest rounds / S, ties to the fewest
+// CTAs (the fewest rounds). H100 (50 MB L2), bf16 b8_c2048_l4096, cold: the L2 rule's S = 5 has 26 slots and 3 rounds
+// (0.6), 132.3 us; S = 6, 22 slots, 3 rounds (0.5), 121.2; S = 7 (0.571) 132.2; S = 8 (0.5) 116.2; S = 4 (0.5, below
+// the L2 rule there) 116.9 (results/nvidia-h100-80gb-hbm3/tune/gn_mish-t2-round-balance-20261125.txt). On the H200
+// (60 MB L2) the L2 rule's S = 4 (bf16) and S = 8 (fp32) already have the shortest path: their plans stay. One round:
+// a larger S only adds rounds.
+inline int64_t balance_rounds(int64_t groups, int64_t ctas, int64_t resident) {
+  const auto rounds = [&](int64_t s) { return ceil_div(groups, std::max<int64_t>(1, resident / s)); };
+  if (ctas >= kGridMaxCtas || rounds(ctas) <= 1) return ctas;
+  int64_t best = ctas;
+  for (int64_t s = ctas + 1; s <= std::min<int64_t>(kGridMaxCtas, 2 * ctas); ++s) {
+    if (rounds(s) * best < rounds(best) * s) best = s;
+  }
+  return best;
+}
+
 // Tier 2 (gn_mish_grid.cuh): S CTAs of T threads per group, not a hardware cluster: their partial statistics meet
 // in global memory, the grid is resident (cooperative launch) and its grid / S slots loop over the groups. Each
 // CTA holds its slice in registers (items per thread per chunk) and, beyond one chunk, in a stash of as many
@@ -317,7 +335,8 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
 // whose `spread` CTAs hold the group in one register chunk (S = spread, at least 2 vectors per thread), else 1024
 // with the stash and S = the fewest CTAs (at least spread) whose CTAs in flight re-read at most half the L2 beyond
 // registers and stash (H200, b8_c2048_l4096 fp32: S = 8, 10 of 32 vectors per thread re-read, 177.5 us; S = 12 or
-// 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8). S = t2_ctas when given. 16-bit CTAs of
+// 16, all on chip but 6 or 8 rounds of groups, 187.5 / 185.4; S = 4, 192.8), then balanced over the rounds
+// (`balance_rounds`). S = t2_ctas when given. 16-bit CTAs of
 // 1024 threads take half chunks (4 vectors of 8 per thread; the first chunks stashed), so a chunk's statistics overlap
 // the next one's loads (H200: bf16 b1_c2048_l4096, 2 chunks, 19.0-19.2 -> 17.7-18.2 us, trace load phase 5.2 -> 4.4;
 // bf16 b8_c2048_l4096 at S = 4, 97.0 -> 95.8; fp32 with half chunks: equal or 6-10 % slower).
@@ -354,6 +373,7 @@ bool plan_grid(const Problem& p, const Limits& lim, const DeviceInfo& dev, int v
       const int64_t reread = std::max<int64_t>(0, ceil_div(nv, ctas) - int64_t(threads) * per_thread) * 16;
       if (reread * std::min(groups * ctas, per_sm * dev.sms) <= dev.l2_bytes / 2) break;
     }
+    ctas = balance_rounds(groups, ctas, per_sm * dev.sms);
   }
   if (ctas > kGridMaxCtas || groups * ctas >= (int64_t(1) << 31)) return false;  // 32-bit partial index
   Plan pl;
