@@ -719,7 +719,8 @@ def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
     """Tier 2 over several rounds takes, from the L2 rule's S up to 2 S, the S with the fewest rounds per CTA of the
     group (NOTES.md, "Round balance"): on an H100's 50 MB L2 the rule's S = 5 for bf16 b8_c2048_l4096 (26 slots, 3
     rounds: 0.6) becomes S = 6 (22 slots, 3 rounds: 0.5; 132.3 -> 121.2 us measured); on the H200's 60 MB the rule's
-    S = 4 (33 slots, 2 rounds) and fp32's S = 8 stay, as do one-round plans and an explicit t2_ctas."""
+    S = 4 (33 slots, 2 rounds) and fp32's S = 8 stay, as do one-round plans and an explicit t2_ctas; beyond the suite,
+    fp32 b5_c1024_l4096 moves from S = 4 to 6 on both (H100: 84.3 -> 68.6 us)."""
     default = _fused_module().Tuning().as_list()
     s5 = _fused_module().Tuning(t2_ctas=5).as_list()
     cases = [  # (shape, vec, knobs, L2) -> plan (tier, threads, group threads, groups per CTA, S, items, chunks, grid,
@@ -729,6 +730,8 @@ def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
         (((8, 2048, 4096, 8), 8, default, H200_L2), (2, 1024, 0, 1, 4, 4, 8, 132, 14, 0)),
         (((8, 2048, 4096, 8), 4, default, H100_L2), (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0)),
         (((1, 2048, 1024, 8), 4, default, H100_L2), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # one round
+        # fp32 b5_c1024_l4096, either L2: S = 4 (33 slots, 2 rounds of 40 groups: 0.5) -> 6 (22 slots, 2 rounds: 0.33)
+        (((5, 1024, 4096, 8), 4, default, H200_L2), (2, 1024, 0, 1, 6, 8, 3, 132, 14, 0)),
     ]
     for (shape, vec, knobs, l2), expected in cases:
         assert plan_printer([(shape, vec, knobs)], l2)[0] == expected, (shape, vec, l2)

@@ -312,11 +312,13 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
 // Tier 2's CTAs per group when the groups take more than one round: a CTA handles ceil(groups / slots) groups of
 // 1 / S of a group each (slots = resident CTAs / S), a path of rounds / S groups; the L2 rule's S can leave the last
 // round to a few slots while the other SMs idle. Among S .. 2 S (<= 32): the shortest rounds / S, ties to the fewest
-// CTAs (the fewest rounds). H100 (50 MB L2), bf16 b8_c2048_l4096, cold: the L2 rule's S = 5 has 26 slots and 3 rounds
-// (0.6), 132.3 us; S = 6, 22 slots, 3 rounds (0.5), 121.2; S = 7 (0.571) 132.2; S = 8 (0.5) 116.2; S = 4 (0.5, below
-// the L2 rule there) 116.9 (results/nvidia-h100-80gb-hbm3/tune/gn_mish-t2-round-balance-20261125.txt). On the H200
-// (60 MB L2) the L2 rule's S = 4 (bf16) and S = 8 (fp32) already have the shortest path: their plans stay. One round:
-// a larger S only adds rounds.
+// CTAs (the fewest rounds). H100 (50 MB L2), cold (results/nvidia-h100-80gb-hbm3/tune/gn_mish-t2-round-balance-*.txt,
+// gn_mish-round-balance-rule-*.txt): bf16 b8_c2048_l4096, the L2 rule's S = 5 (26 slots, 3 rounds: 0.6) 132.3 us,
+// S = 6 (22 slots, 3 rounds: 0.5) 121.2, S = 7 (0.571) 132.2, S = 8 (0.5) 116.2, S = 4 (0.5, below the L2 rule there)
+// 116.9; on 13 of the 14 shapes of B 1..64, C 256..2048, L 256..4096 whose plan it changes there, 0.80-0.97x (fp32
+// b5_c1024_l4096 84.3 -> 68.6, b64_c2048_l4096 1773 -> 1649) except fp32 b5_c2048_l4096 (S = 8 -> 13, 1.014x). On the
+// H200 (60 MB L2) no suite plan changes (the L2 rule's S = 4 for bf16 and S = 8 for fp32 b8 already have the shortest
+// path).
 inline int64_t balance_rounds(int64_t groups, int64_t ctas, int64_t resident) {
   const auto rounds = [&](int64_t s) { return ceil_div(groups, std::max<int64_t>(1, resident / s)); };
   if (ctas >= kGridMaxCtas || rounds(ctas) <= 1) return ctas;
