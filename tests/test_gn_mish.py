@@ -562,7 +562,7 @@ PLAN_PRINT_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 int main(int argc, char** argv) {
-  const DeviceInfo h200{132, 9, 233472, 1024, 232448, argc > 1 ? atoi(argv[1]) : 62914560};
+  const DeviceInfo dev{132, 9, 233472, 1024, 232448, argc > 1 ? atoi(argv[1]) : 62914560};
   Problem p;
   Limits k;
   int vec = 0;
@@ -575,7 +575,7 @@ int main(int argc, char** argv) {
     const auto t1_resident = [](const Plan& pl) {
       return pl.threads == 1024 && pl.cluster >= 4 ? 120 : 132 * std::min(65536 / (pl.threads * 64), 2048 / pl.threads);
     };
-    const Plan pl = choose_plan(p, k, h200, vec, [](int) { return true; }, [](int, int, int) { return 8; },
+    const Plan pl = choose_plan(p, k, dev, vec, [](int) { return true; }, [](int, int, int) { return 8; },
                                 [](int threads, int smem) { return std::min({65536 / (threads * 64), 2048 / threads,
                                                                              233472 / (smem + 512 + 1024)}); },
                                 t1_resident);
@@ -617,7 +617,8 @@ H200_L2, H100_L2 = 62914560, 52428800  # bytes, as torch reports them on the len
 
 @pytest.fixture(scope="module")
 def plan_printer(tmp_path_factory):
-    """The host-compiled planner as a function ((B, C, L, G), vec, knobs) -> plan tuple (H200-like device)."""
+    """The host-compiled planner as a function ((B, C, L, G), vec, knobs) -> plan tuple (H200-like device; l2_bytes
+    H100_L2 for an H100's L2)."""
     if nvcc_path() is None:
         pytest.skip("nvcc not found")
     work = tmp_path_factory.mktemp("plan_print")
@@ -733,8 +734,11 @@ def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
         # fp32 b5_c1024_l4096, either L2: S = 4 (33 slots, 2 rounds of 40 groups: 0.5) -> 6 (22 slots, 2 rounds: 0.33)
         (((5, 1024, 4096, 8), 4, default, H200_L2), (2, 1024, 0, 1, 6, 8, 3, 132, 14, 0)),
     ]
-    for (shape, vec, knobs, l2), expected in cases:
-        assert plan_printer([(shape, vec, knobs)], l2)[0] == expected, (shape, vec, l2)
+    for l2 in (H100_L2, H200_L2):
+        mine = [(query, expected) for (*query, size), expected in cases if size == l2]
+        plans = plan_printer([query for query, _ in mine], l2)
+        for ((shape, vec, _), expected), plan in zip(mine, plans, strict=True):
+            assert plan == expected, (shape, vec, l2, plan)
 
 
 # ---- fused CUDA kernel (GPU only) --------------------------------------------------------------------------
