@@ -292,6 +292,10 @@ def _fused_module():
     ({"t1_stash": -2}, ValueError, "t1_stash"),
     ({"t2": 2}, ValueError, "t2=2"),
     ({"t2_ctas": 33}, ValueError, "t2_ctas"),
+    ({"t3": 2}, ValueError, "t3=2"),
+    ({"t3_ctas": 257}, ValueError, "t3_ctas"),
+    ({"t3_reducers": 17}, ValueError, "t3_reducers"),
+    ({"t3_depth": -1}, ValueError, "t3_depth"),
     ({"t0_threads": 64.0}, TypeError, "must be an int"),
 ])
 def test_tuning_rejects_bad_knobs(registry, knobs, exc, msg):
@@ -309,7 +313,8 @@ def test_tuning_labels_and_order(registry):
     body = body[:body.index("};")]
     fields = [line.split("=")[0].split()[-1] for line in body.splitlines()[1:] if "=" in line.split("//")[0]]
     assert fields == [f.name for f in dataclasses.fields(tuning)]
-    assert tuning(64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2).as_list() == [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2]
+    knobs = [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2, 1, 64, 4, 2]
+    assert tuning(*knobs).as_list() == knobs
     binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
@@ -317,7 +322,8 @@ def test_tuning_labels_and_order(registry):
 
 def test_tune_configs_are_valid(registry):
     tune, tuning = TUNE, _fused_module().Tuning
-    for knobs in [*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values(), *tune.GRID_CONFIGS.values()]:
+    for knobs in [*tune.TIER0_CONFIGS.values(), *tune.TIER1_CONFIGS.values(), *tune.GRID_CONFIGS.values(),
+                  *tune.SPREAD_CONFIGS.values()]:
         tuning(**knobs)
     assert all(suite in ("pusht", "sweep") for suite, _, _ in tune.PUSHT_SHAPES + tune.LARGE_SHAPES + tune.B8_SHAPES)
 
@@ -336,7 +342,7 @@ PLAN_CHECK_MAIN = r"""
 #include "gn_mish_plan.cuh"
 using namespace gn_mish;
 static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0, in_smem = 0;
+static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0, in_smem = 0, spread = 0;
 #define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
   printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
 
@@ -364,9 +370,49 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
   stashed += pl.stash > 0;
   grid += pl.tier == 2;
   in_smem += pl.smem_slice;
+  spread += pl.tier == 3;
   EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
   std::vector<unsigned char> hits(size_t(nv), 0);
-  if (pl.tier == 0) {
+  if (pl.tier == 3) {  // gn_mish_spread.cuh: CTA r holds vectors [r * piece, (r + 1) * piece) of every group
+    const int warps = pl.threads / kWarp;
+    EXPECT((lim.t3 > 0 || (lim.t3 == 0 && lim.t2 == 0)) && vec > 1 && dev.major >= 9 && groups <= kSpreadMaxGroups &&
+           pl.grid >= 1 &&
+           pl.grid <= std::min(dev.sms, kSpreadMaxCtas) && (!lim.t3_ctas || pl.grid == std::min(lim.t3_ctas, dev.sms))
+           && pl.reducers >= 1 && pl.reducers <= kSpreadMaxReducers && pl.reducers + 1 <= warps &&
+           (!lim.t3_reducers || pl.reducers == lim.t3_reducers) && pl.threads <= lim.max_threads &&
+           pl.slice_vecs % kSpreadPieceAlign == 0 && pl.slice_vecs * pl.grid >= nv &&
+           (pl.slice_vecs - kSpreadPieceAlign) * pl.grid < nv &&
+           pl.smem_bytes == groups * (pl.slice_vecs * 16 + pl.stage * 8) &&
+           pl.stage * 8 * groups <= kSpreadStageBytes && pl.smem_bytes + kSpreadStaticSmem <= dev.smem_optin &&
+           pl.counter_bytes == (groups + 1) * kSpreadCounterStride * 4 + groups * pl.grid * 8 &&
+           pl.partial_bytes == 0 && pl.depth >= 1 && pl.depth <= groups &&
+           pl.depth == (lim.t3_depth ? std::min<int64_t>(lim.t3_depth, groups) : groups), "%s: tier-3 plan", what);
+    const FastDiv Ld(uint32_t(p.length));
+    std::vector<unsigned char> reduced(size_t(nv), 0);
+    for (int64_t r = 0; r < pl.grid; ++r) {  // a group warp's and the storers' loops over a piece
+      const int64_t lo = std::min(nv, r * pl.slice_vecs), count = std::min(nv, lo + pl.slice_vecs) - lo;
+      for (int t = 0; t < kWarp; ++t)
+        for (int64_t v = t; v < count; v += kWarp) ++reduced[size_t(lo + v)];
+      const int sws = warps - pl.reducers;  // storer warps, split over the groups as the kernel does
+      const bool wide = sws >= groups;
+      std::vector<int> stored(size_t(groups * count), 0);
+      for (int sw = 0; sw < sws; ++sw) {
+        const int q = wide ? sw / int(groups) : 0;
+        const int Q = wide ? (sws - sw % int(groups) + int(groups) - 1) / int(groups) : 1;
+        for (int64_t g = wide ? sw % groups : sw; g < groups; g += wide ? groups : sws)
+          for (int lane = 0; lane < kWarp; ++lane)
+            for (int64_t v = lane + q * kWarp; v < count; v += Q * kWarp) ++stored[size_t(g * count + v)];
+      }
+      for (int64_t i = 0; i < groups * count; ++i)
+        EXPECT(stored[size_t(i)] == 1, "%s: stored %lld", what, (long long)i);
+      for (int64_t v = 0; v < count; ++v) ++hits[size_t(lo + v)];
+      if (pl.stage > 0 && count > 0) {  // the staged channels cover the piece's
+        const int first = int(Ld.div(uint32_t(lo * vec))), last = int(Ld.div(uint32_t((lo + count) * vec - 1)));
+        EXPECT(last - first < pl.stage, "%s: staged %d channels, piece spans %d", what, pl.stage, last - first + 1);
+      }
+    }
+    for (int64_t v = 0; v < nv; ++v) EXPECT(reduced[size_t(v)] == 1, "%s: reduced vector %lld", what, (long long)v);
+  } else if (pl.tier == 0) {
     const int tpg = pl.group_threads, gpc = pl.groups_per_cta, wpg = tpg / kWarp;
     EXPECT(nv <= kTier0MaxVecs && is_pow2(tpg) && tpg >= kWarp && pl.threads == tpg * gpc, "%s", what);
     EXPECT(is_pow2(pl.items) && pl.items <= kTier0MaxItems && pl.threads <= tier0_max_cta(pl.items), "%s", what);
@@ -479,9 +525,9 @@ int main() {
               &s.groups) != 4) return 2;
   std::vector<Limits> knobs(nknobs);
   for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
+    if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
               &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash,
-              &k.t2, &k.t2_ctas, &k.t1_smem) != 12) return 2;
+              &k.t2, &k.t2_ctas, &k.t1_smem, &k.t3, &k.t3_ctas, &k.t3_reducers, &k.t3_depth) != 16) return 2;
     if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
   }
   for (const Problem& s : shapes)
@@ -500,8 +546,8 @@ int main() {
             check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
           }
     }
-  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2, %ld in shared memory), "
-         "%d failures\n", checked, persistent, streaming, stashed, grid, in_smem, failures);
+  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2, %ld in shared memory, "
+         "%ld tier 3), %d failures\n", checked, persistent, streaming, stashed, grid, in_smem, spread, failures);
   return failures ? 1 : 0;
 }
 """
@@ -510,7 +556,8 @@ int main() {
 def _plan_knobs(tune) -> list[list[int]]:
     """Every knob set the variant, the tests and _tune.py use, plus a grid over each knob's range."""
     tuning = _fused_module().Tuning
-    configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS, tune.GRID_CONFIGS)
+    configs = (tune.TIER0_CONFIGS, tune.TIER1_CONFIGS, tune.STASH_CONFIGS, tune.WIDE_CONFIGS, tune.GRID_CONFIGS,
+               tune.SPREAD_CONFIGS)
     sets = [tuning(), *(tuning(**k) for c in configs for k in c.values())]
     sets += [tuning(max_threads=t, max_cluster=c, t2=t2) for _, _, t, c, t2, *_ in FUSED_PATHS]
     sets += [tuning(t0_threads=t, t0_groups_per_cta=g) for t in (32, 64, 128, 256, 512, 1024) for g in (0, 1, 3, 4)
@@ -527,6 +574,9 @@ def _plan_knobs(tune) -> list[list[int]]:
     sets += [tuning(max_threads=mt, max_cluster=mc, t1_threads=t, t1_ctas_per_sm=r, t1_smem=m, t2=t2)
              for mt in (1024, 256) for mc in (16, 4, 1) for t in (0, 64, 96, 256) for r in (0, 3) for m in (-1, 1, 2)
              for t2 in (-1, 0)]
+    sets += [tuning(max_threads=mt, t1_threads=t, t3=t3, t3_ctas=c, t3_reducers=r, t3_depth=d)
+             for mt in (1024, 128) for t in (0, 96, 512) for t3 in (-1, 1) for c in (0, 1, 7, 64, 256)
+             for r in (0, 1, 3, 16) for d in (0, 2)]
     return [s.as_list() for s in dict.fromkeys(sets)]
 
 
@@ -546,10 +596,11 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
     run = subprocess.run([str(exe)], input="\n".join(lines), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-1000:]
     counts = re.search(r"checked (\d+) plans \((\d+) persistent, (\d+) streaming, (\d+) stashed, (\d+) tier 2, "
-                       r"(\d+) in shared memory", run.stdout)
-    checked, persistent, streaming, stashed, grid, in_smem = map(int, counts.groups())
+                       r"(\d+) in shared memory, (\d+) tier 3", run.stdout)
+    checked, persistent, streaming, stashed, grid, in_smem, spread = map(int, counts.groups())
     assert checked >= len(shapes) * len(knobs) * 5 and min(persistent, streaming, stashed, grid, in_smem) > 1000, \
         run.stdout
+    assert spread > 500, run.stdout
 
 
 PLAN_PRINT_MAIN = r"""
@@ -566,10 +617,10 @@ int main(int argc, char** argv) {
   Problem p;
   Limits k;
   int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
+  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
                (long long*)&p.channels, (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster,
                &k.t0_threads, &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_stash, &k.t2, &k.t2_ctas, &k.t1_smem) == 17) {
+               &k.t1_stash, &k.t2, &k.t2_ctas, &k.t1_smem, &k.t3, &k.t3_ctas, &k.t3_reducers, &k.t3_depth) == 21) {
     // tier-1 kernels resident at once: as many CTAs as the SMs hold, except 4- and 8-CTA clusters of 1024-thread CTAs,
     // of which an H200 holds 120
     const auto t1_resident = [](const Plan& pl) {
@@ -608,7 +659,8 @@ H200_DEFAULTS = {
     "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0)),
     "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0, 0)),
     "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14, 0)),  # stash
-    "b1_c2048_l1024_g8": ("t2", 12.11, 12.11, "t2", (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # tier 2: 16 CTAs per group
+    # tier 3 (gn_mish_ab_spread.py on an H100, cold, against tier 2's 12.43 us): every CTA a piece of every group
+    "b1_c2048_l1024_g8": ("t3", 11.78, 11.78, "t3", (3, 1024, 0, 1, 1, 1, 1, 132, 0, 0)),
 }
 
 
@@ -650,7 +702,7 @@ def test_default_plan_is_the_h200_tune_best(registry, plan_printer):
     tuning = _fused_module().Tuning
     tuned = [name for _, name, _ in TUNE.PUSHT_SHAPES + TUNE.LARGE_SHAPES + TUNE.B8_SHAPES]
     assert set(H200_DEFAULTS) <= set(tuned)
-    configs = {**TUNE.TIER0_CONFIGS, **TUNE.TIER1_CONFIGS, **TUNE.GRID_CONFIGS}
+    configs = {**TUNE.TIER0_CONFIGS, **TUNE.TIER1_CONFIGS, **TUNE.GRID_CONFIGS, **TUNE.SPREAD_CONFIGS}
     queries = []
     for name, (label, *_rest) in H200_DEFAULTS.items():
         queries += [(_shape(name), 4, tuning().as_list()), (_shape(name), 4, tuning(**configs[label]).as_list())]
@@ -685,8 +737,8 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0),    # 64 groups: 2 x 1024 on 128 SMs
         ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0, 0),      # few, < 64K vectors: tier 1, 4 x 256 holds
         ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # it, split to K = 8; 16 x 256 > K <= 8: 8 x 512
-        ((1, 2048, 1024, 8), 4): (2, 512, 0, 1, 16, 8, 1, 128, 0, 0),   # 64K vectors, 8 groups <= SMs / 8: tier 2, 16
-        # CTAs per group (one register chunk of 512 x 8)
+        ((1, 2048, 1024, 8), 4): (3, 1024, 0, 1, 1, 1, 1, 132, 0, 0),  # 64K vectors, 8 groups <= SMs / 16, 8 MB on
+        # chip: tier 3, 132 CTAs of 1024 threads (8 group warps, 24 store warps: 1 vector each per group)
         ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # bf16: 32K vectors, tier 1
         ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0),  # fp32, tier 1 would re-read 251 MB: tier 2,
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
@@ -701,9 +753,9 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((4, 1024, 4096, 8), 4): (2, 1024, 0, 1, 4, 8, 4, 128, 14, 0),  # fp32: 32 clusters of 4 x 1024 meant as one
         # wave, but only 120 of the 128 CTAs fit at once; tier 2 holds them all: tier 2
         ((3, 1024, 4096, 8), 4): (1, 1024, 0, 1, 4, 8, 4, 96, 14, 0),   # fp32, 96 CTAs fit: tier 1
-        ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 16 x 1024, registers + 8 stash slots
-        ((1, 2048, 4096, 8), 8): (2, 1024, 0, 1, 16, 4, 2, 128, 4, 0),  # bf16, 1024 threads: two half chunks, the
-        # first stashed (one chunk of 8 vectors per thread fits, and measured 4 % slower)
+        ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 32 MB not on chip: tier 2, 16 x 1024,
+        # registers + 8 stash slots
+        ((1, 2048, 4096, 8), 8): (3, 1024, 0, 1, 1, 2, 1, 132, 0, 0),   # bf16, 16 MB on chip: tier 3
         ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0),  # 128 groups: many, streaming 8 x 512
         ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14, 0),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
         # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)
@@ -724,13 +776,14 @@ def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
     fp32 b5_c1024_l4096 moves from S = 4 to 6 on both (H100: 84.3 -> 68.6 us)."""
     default = _fused_module().Tuning().as_list()
     s5 = _fused_module().Tuning(t2_ctas=5).as_list()
+    no_t3 = _fused_module().Tuning(t3=-1).as_list()
     cases = [  # (shape, vec, knobs, L2) -> plan (tier, threads, group threads, groups per CTA, S, items, chunks, grid,
         # stash, smem_slice)
         (((8, 2048, 4096, 8), 8, default, H100_L2), (2, 1024, 0, 1, 6, 4, 6, 132, 14, 0)),
         (((8, 2048, 4096, 8), 8, s5, H100_L2), (2, 1024, 0, 1, 5, 4, 7, 130, 14, 0)),  # t2_ctas: as given
         (((8, 2048, 4096, 8), 8, default, H200_L2), (2, 1024, 0, 1, 4, 4, 8, 132, 14, 0)),
         (((8, 2048, 4096, 8), 4, default, H100_L2), (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0)),
-        (((1, 2048, 1024, 8), 4, default, H100_L2), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # one round
+        (((1, 2048, 1024, 8), 4, no_t3, H100_L2), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),  # one round
         # fp32 b5_c1024_l4096, either L2: S = 4 (33 slots, 2 rounds of 40 groups: 0.5) -> 6 (22 slots, 2 rounds: 0.33)
         (((5, 1024, 4096, 8), 4, default, H200_L2), (2, 1024, 0, 1, 6, 8, 3, 132, 14, 0)),
     ]
@@ -739,6 +792,33 @@ def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
         plans = plan_printer([query for query, _ in mine], l2)
         for ((shape, vec, _), expected), plan in zip(mine, plans, strict=True):
             assert plan == expected, (shape, vec, l2, plan)
+
+
+def test_tier3_default_rule(registry, plan_printer):
+    """Tier 3 by default (NOTES.md, "Tier 3"): B = 1 (8 groups on 132 SMs) of >= 64K vectors per group whose x fits
+    in shared memory; not for smaller groups (tier 1), more groups (B = 2), x beyond the chip (fp32 b1_c2048_l4096,
+    32 MB), scalar vectors, or where t2 or t3 is set; t3 = 1 forces it wherever it fits, with its knobs."""
+    tuning = _fused_module().Tuning
+    cases = [  # (shape, vec, knobs) -> (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid,
+        # stash, smem_slice)
+        (((1, 2048, 1024, 8), 4, {}), (3, 1024, 0, 1, 1, 1, 1, 132, 0, 0)),
+        (((1, 512, 4096, 8), 4, {}), (3, 1024, 0, 1, 1, 1, 1, 132, 0, 0)),
+        (((1, 2048, 4096, 8), 8, {}), (3, 1024, 0, 1, 1, 2, 1, 132, 0, 0)),
+        (((1, 1024, 1024, 8), 4, {}), (1, 512, 0, 1, 8, 8, 1, 64, 0, 0)),     # 32K vectors: tier 1
+        (((2, 2048, 1024, 8), 4, {}), (2, 1024, 0, 1, 8, 8, 1, 128, 0, 0)),   # 16 groups: tier 2
+        (((1, 2048, 4096, 8), 4, {}), (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0)),  # 32 MB: tier 2
+        (((1, 2048, 1024, 8), 1, {}), (2, 1024, 0, 1, 16, 8, 2, 128, 0, 0)),  # scalar: tier 2
+        (((1, 2048, 1024, 8), 4, {"t2": 1}), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),
+        (((1, 2048, 1024, 8), 4, {"t3": -1}), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),
+        (((1, 2048, 1024, 8), 4, {"t2": -1}), (1, 1024, 0, 1, 8, 8, 1, 64, 0, 0)),
+        (((1, 1024, 1024, 8), 4, {"t3": 1}), (3, 1024, 0, 1, 1, 1, 1, 132, 0, 0)),
+        (((4, 512, 1024, 8), 4, {"t3": 1, "t3_ctas": 64, "t3_reducers": 4}), (3, 1024, 0, 1, 1, 1, 1, 64, 0, 0)),
+        (((1, 2048, 1024, 8), 4, {"t3": 1, "t1_threads": 512}), (3, 512, 0, 1, 1, 2, 1, 132, 0, 0)),
+        (((5, 2048, 1024, 8), 4, {"t3": 1}), (1, 1024, 0, 1, 2, 8, 4, 80, 0, 0)),  # 40 groups > 32: not tier 3
+    ]
+    plans = plan_printer([(shape, vec, tuning(**knobs).as_list()) for (shape, vec, knobs), _ in cases])
+    for ((shape, vec, knobs), expected), plan in zip(cases, plans, strict=True):
+        assert plan == expected, (shape, vec, knobs, plan)
 
 
 # ---- fused CUDA kernel (GPU only) --------------------------------------------------------------------------
@@ -894,6 +974,54 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
         assert seen["stash"] > 0 and seen["chunks"] > 0, seen
 
 
+TIER3_KNOBS = {  # label -> knobs: the default CTAs, few group warps (several groups each), more group warps than
+    # groups, 40 CTAs, requests two groups ahead, 128-thread CTAs (fewer storer warps than groups)
+    "t3": {"t3": 1}, "w=3": {"t3": 1, "t3_reducers": 3}, "w=16": {"t3": 1, "t3_reducers": 16},
+    "p=40": {"t3": 1, "t3_ctas": 40}, "d=2": {"t3": 1, "t3_depth": 2}, "t=128": {"t3": 1, "t1_threads": 128}}
+
+
+@gpu_test
+@pytest.mark.parametrize("label", list(TIER3_KNOBS))
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_fused_tier3_matches_reference(registry, fam, label, dtype):
+    """Tier 3 (every CTA holds a piece of every group; the groups pipelined through the chip): 8 to 32 groups, vectors
+    straddling channels (L = 250, 1001), pieces of one vector and CTAs with no vector (C = 8, L = 600, G = 1: 150-300
+    vectors over up to 132 CTAs), gamma/beta staged or read through L1 (L = 4: a piece spans too many channels)."""
+    tuning = _fused_module().Tuning(**TIER3_KNOBS[label])
+    stages = set()
+    for B, C, L, G in [(1, 512, 256, 8), (2, 128, 250, 8), (4, 64, 1001, 8), (1, 8, 600, 1), (1, 2048, 1024, 8),
+                       (1, 278528, 2, 8)]:
+        plan = _run_fused(fam, dpk.make_case(FAMILY, f"b{B}_c{C}_l{L}", dtype, B=B, C=C, L=L, G=G), tuning)
+        assert plan["tier"] == 3 and plan["partial_bytes"] == 0, plan
+        assert plan["counter_bytes"] == (B * G + 1) * 128 + B * G * plan["grid"] * 8, plan
+        stages.add(plan["stage"] > 0)
+        if "t3_ctas" in TIER3_KNOBS[label]:
+            assert plan["grid"] == tuning.t3_ctas, plan
+    assert stages == {True, False}, stages
+
+
+@gpu_test
+def test_fused_tier3_slots_reset_between_plans_and_streams(registry, fam):
+    """Every tier-3 launch leaves its counts, departures and slots at zero, in the counters buffer it shares with tier
+    2: plans of both tiers and several group and CTA counts back to back on one stream and on a second one, fresh
+    inputs each time. A slot left marked from an earlier launch would be merged in before its CTA publishes."""
+    fused = _fused_module()
+    side = torch.cuda.Stream()
+    runs = [(1, {"t3": 1}, None), (2, {"t3": 1, "t3_ctas": 40}, None), (2, {"t2": 1, "t2_ctas": 3}, None),
+            (1, {"t3": 1}, side), (4, {"t3": 1, "t3_reducers": 2}, None), (1, {"t3": 1, "t3_ctas": 9}, side),
+            (1, {"t2": 1}, None), (1, {"t3": 1}, None)]
+    for i, (B, knobs, stream) in enumerate(runs):
+        case = dpk.make_case(FAMILY, f"r{i}", B=B, C=64, L=2000, G=8, seed=200 + i, xoffset=float(i))
+        inputs = fam.make_inputs(case, torch.device("cuda"))
+        tuning = fused.Tuning(**knobs)
+        with torch.cuda.stream(stream or torch.cuda.current_stream()):
+            out = fused.fused_gn_mish(*inputs, tuning=tuning)
+        torch.cuda.synchronize()
+        assert fused.fused_plan(inputs[0], inputs[3], tuning)["tier"] == (3 if "t3" in knobs else 2)
+        assert_within(out, fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs]),
+                      fam.tolerance(case, "float32"))
+
+
 @gpu_test
 @pytest.mark.parametrize("stash", [3, 6, 11])
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -981,7 +1109,7 @@ def test_fused_mish_is_stable_for_extreme_z(registry):
 
 @gpu_test
 @pytest.mark.parametrize("C,L,knobs", [(256, 1024, {}), (256, 16, {"t0_threads": 128}), (256, 16, {}),
-                                        (256, 1024, {"t2": 1})])
+                                        (256, 1024, {"t2": 1}), (256, 1024, {"t3": 1}), (2048, 1024, {})])
 def test_fused_replays_in_a_cuda_graph(registry, fam, C, L, knobs):
     fused = _fused_module()
     tuning = fused.Tuning(**knobs)

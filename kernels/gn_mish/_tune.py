@@ -1,7 +1,7 @@
 """Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
 
-    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide|grid] [--budget 0.15]
-        [--json out.json]
+    PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide|grid|spread]
+        [--budget 0.15] [--json out.json]
 
 Builds the extension, checks every configuration against the float64 reference with the family tolerance,
 then times it with dpk's engine: `graph` mode (device time without launch overhead) on the Push-T shapes
@@ -50,8 +50,12 @@ GRID_SHAPES = [("sweep", name, "cold") for name in (
     "b1_c512_l1024_g8", "b1_c1024_l1024_g8", "b1_c2048_l1024_g8", "b1_c512_l4096_g8", "b1_c2048_l4096_g8",
     "b8_c1024_l1024_g8", "b8_c2048_l1024_g8", "b8_c2048_l4096_g8", "b16_c1024_l2048_g8", "b64_c1024_l1024_g8")] + [
     ("sweep", "b8_c2048_l4096_g8", "cold", "bfloat16"), ("sweep", "b1_c2048_l4096_g8", "cold", "bfloat16")]
+# Tier 3 against tiers 1 and 2: the B = 1 sweep shapes (x on chip) and a few more groups.
+SPREAD_SHAPES = [("sweep", name, "cold") for name in (
+    "b1_c256_l1024_g8", "b1_c512_l1024_g8", "b1_c1024_l1024_g8", "b1_c2048_l1024_g8", "b1_c512_l4096_g8")] + [
+    ("sweep", "b1_c2048_l4096_g8", "cold", "bfloat16"), ("sweep", "b8_c256_l1024_g8", "cold")]
 PRESETS = {"pusht": PUSHT_SHAPES, "large": LARGE_SHAPES, "b8": B8_SHAPES, "half": HALF_SHAPES, "stash": STASH_SHAPES,
-           "wide": WIDE_SHAPES, "grid": GRID_SHAPES}
+           "wide": WIDE_SHAPES, "grid": GRID_SHAPES, "spread": SPREAD_SHAPES}
 
 # Tier 0 (groups <= 256 vectors): threads per group (32 = a warp per group ... a CTA per group), groups per CTA.
 # "default" is the variant's rule (NOTES.md); a later configuration with the same plan is not timed again.
@@ -114,6 +118,13 @@ GRID_CONFIGS: dict[str, dict[str, int]] = {
     "t2,t1=1024,s=16": {"t2": 1, "t1_threads": 1024, "t2_ctas": 16},
     "t2,nostash": {"t2": 1, "t1_stash": -1}, "t2,16el": {"t2": 1, "t1_items": 4}}
 
+# --only spread: tier 3 (every CTA holds a piece of every group), its group warps, CTAs, request depth, CTA size.
+SPREAD_CONFIGS: dict[str, dict[str, int]] = {
+    "default": {}, "t1,no-t3": {"t2": -1, "t3": -1}, "t2,no-t3": {"t2": 1, "t3": -1}, "t3": {"t3": 1},
+    "t3,r4": {"t3": 1, "t3_reducers": 4}, "t3,r16": {"t3": 1, "t3_reducers": 16}, "t3,64cta": {"t3": 1, "t3_ctas": 64},
+    "t3,d2": {"t3": 1, "t3_depth": 2}, "t3,d4": {"t3": 1, "t3_depth": 4},
+    "t3,t1=512": {"t3": 1, "t1_threads": 512}}
+
 
 def _family():
     """(family, fused module, eager fn, triton fn or None) through the registry, as the harness loads them."""
@@ -148,6 +159,9 @@ def _plan_text(plan: dict[str, int]) -> str:
     if plan["tier"] == 0:
         return (f"t0 {plan['group_threads']}thr/grp x{plan['groups_per_cta']}/cta items{plan['items']} "
                 f"grid{plan['grid']} res{plan['resident_ctas']}")
+    if plan["tier"] == 3:
+        return (f"t3 {plan['grid']}x{plan['threads']}thr piece{plan['slice_vecs']} warps{plan['reducers']} "
+                f"depth{plan['depth']} stage{plan['stage']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
     if plan["tier"] == 2:
         return (f"t2 {plan['cluster']}x{plan['threads']}thr items{plan['items']} ch{plan['chunks']} "
                 f"stash{plan['stash']} grid{plan['grid']} res{plan['resident_ctas']} smem{plan['smem_bytes']}")
@@ -242,7 +256,7 @@ def run(only: str | None, budget_s: float, json_path: str | None) -> int:
         case = next(c for c in suites[suite] if c.name == name and c.dtype == (dtype or ["float32"])[0])
         configs = (TIER0_CONFIGS if (suite, name, mode) in PUSHT_SHAPES else
                    STASH_CONFIGS if only == "stash" else WIDE_CONFIGS if only == "wide" else
-                   GRID_CONFIGS if only == "grid" else TIER1_CONFIGS)
+                   GRID_CONFIGS if only == "grid" else SPREAD_CONFIGS if only == "spread" else TIER1_CONFIGS)
         failures += _time_shape(case, mode, configs, fam, fused, {"eager": eager, "triton": triton}, timer,
                                 copy_bw, rows)
         torch.cuda.empty_cache()

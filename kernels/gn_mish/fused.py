@@ -48,6 +48,11 @@ class Tuning:
     t1_smem: a one-chunk tier 1 plan of <= 256-thread CTAs copies its slices to shared memory instead of holding them
     in registers (40 registers per thread: more CTAs and bytes in flight per SM): 1 = with the same CTAs, 2 = with half
     the CTAs per group and twice the vectors each, -1 = never, 0 = the rule.
+    t3: 1 = tier 3 wherever it fits (sm_90, 16-byte vectors, <= 32 groups, x in the chip's shared memory: every CTA of
+    a resident grid holds a piece of every group and the groups are pipelined through the chip), -1 = never, 0 = the
+    rule; t3_ctas: its CTAs (0: one per SM, at most 256); t3_reducers: its group warps (reduce, publish, collect), 1..16
+    (0: one per group, up to 8; the rest store; t1_threads sets the CTA size); t3_depth: groups requested ahead per CTA
+    (0: all at once).
     """
 
     max_threads: int = 1024
@@ -62,6 +67,10 @@ class Tuning:
     t2: int = 0
     t2_ctas: int = 0
     t1_smem: int = 0
+    t3: int = 0
+    t3_ctas: int = 0
+    t3_reducers: int = 0
+    t3_depth: int = 0
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -95,6 +104,14 @@ class Tuning:
             problems.append(f"t2_ctas={self.t2_ctas} not in 0..32")
         if self.t1_smem not in (-1, 0, 1, 2):
             problems.append(f"t1_smem={self.t1_smem} is not -1, 0, 1 or 2")
+        if self.t3 not in (-1, 0, 1):
+            problems.append(f"t3={self.t3} is not -1, 0 or 1")
+        if not 0 <= self.t3_ctas <= 256:
+            problems.append(f"t3_ctas={self.t3_ctas} not in 0..256")
+        if not 0 <= self.t3_reducers <= 16:
+            problems.append(f"t3_reducers={self.t3_reducers} not in 0..16")
+        if self.t3_depth < 0:
+            problems.append(f"t3_depth={self.t3_depth} < 0")
         if problems:
             raise ValueError("gn_mish: bad Tuning: " + "; ".join(problems))
 
@@ -144,8 +161,8 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, stage, smem_bytes, stash, counter_bytes, partial_bytes, resident_ctas (CTAs of
-    this plan that fit at once)."""
+    slice_vecs, chunks, persistent, stage, smem_bytes, stash, counter_bytes, partial_bytes, smem_slice, reducers,
+    resident_ctas (CTAs of this plan that fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 
 

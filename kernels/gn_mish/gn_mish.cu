@@ -18,6 +18,9 @@
 //   and storing the current one.
 // Tier 2 (gn_mish_grid.cuh): up to 32 CTAs per group, no cluster, partial statistics through global memory; the
 //   grid is resident (cooperative launch) and loops over groups; slices live in registers plus a shared-memory stash.
+// Tier 3 (gn_mish_spread.cuh): few groups whose x fits in the chip's shared memory: every CTA of a resident grid
+//   (one per SM) holds a piece of every group, loaded by bulk copies, and the groups are pipelined through the chip
+//   (reduce, exchange through global memory, store), so the stores of one group overlap the loads of the next.
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA
 // shape, the tier-1 CTA size, items per thread, cluster cap, residency, persistence, stash and shared-memory slice,
@@ -35,6 +38,7 @@
 #include "gn_mish_persistent.cuh"
 #include "gn_mish_plan.cuh"
 #include "gn_mish_smem.cuh"
+#include "gn_mish_spread.cuh"
 #include "gn_mish_tier0.cuh"
 #include "gn_mish_tier1.cuh"
 
@@ -75,7 +79,7 @@ cudaLaunchConfig_t launch_config(const Plan& plan, cudaLaunchAttribute* attr, cu
   cfg.blockDim = dim3(unsigned(plan.threads));
   cfg.dynamicSmemBytes = plan.tier > 0 ? size_t(plan.smem_bytes) : 0;
   cfg.stream = stream;
-  if (plan.tier == 2) {  // every CTA of a group must be resident while it waits for the others
+  if (plan.tier >= 2) {  // every CTA of a group must be resident while it waits for the others
     attr->id = cudaLaunchAttributeCooperative;
     attr->val.cooperative = 1;
     cfg.attrs = attr;
@@ -121,6 +125,27 @@ int prepare_kernel(const void* kernel, int, int, int) {
 }
 
 bool prepare_tier1(const void* kernel) { return memo(kernel, 0, 0, -1, prepare_kernel) == 1; }
+
+// Tier 3's dynamic shared memory up to what its larger static part leaves.
+int prepare_spread_kernel(const void* kernel, int, int, int) {
+  DeviceInfo dev;
+  if (device_info(&dev) != cudaSuccess || dev.smem_optin <= kSpreadStaticSmem) return 0;
+  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       dev.smem_optin - kSpreadStaticSmem) == cudaSuccess;
+  (void)cudaGetLastError();
+  return ok ? 1 : 0;
+}
+
+template <typename T, int VEC>
+const void* spread_kernel(bool whole) {
+  if constexpr (VEC > 1) {
+    const void* k = whole ? reinterpret_cast<const void*>(gn_mish_spread_kernel<T, VEC, true>)
+                          : reinterpret_cast<const void*>(gn_mish_spread_kernel<T, VEC, false>);
+    memo(k, 1, 0, -1, prepare_spread_kernel);
+    return k;
+  }
+  return nullptr;
+}
 
 // CTAs of `kernel` that can be resident at once with `threads` threads, clusters of k and smem bytes of dynamic
 // shared memory (whole clusters only).
@@ -290,6 +315,19 @@ struct LaunchOp {
     const Tier1Args shape = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
                              int(plan.slice_vecs), log2_exact(plan.cluster), plan.stage, float(1.0 / n), p.eps,
                              plan.stash};
+    if (plan.tier == 3) {
+      const void* kernel = spread_kernel<T, VEC>(p.length % VEC == 0);
+      if (kernel == nullptr || ws.counters == nullptr || reinterpret_cast<uintptr_t>(ws.counters) % 16 != 0) {
+        return cudaErrorInvalidValue;
+      }
+      unsigned* counters = static_cast<unsigned*>(ws.counters);  // counts, departures, then the slots
+      SpreadArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
+                      int(plan.slice_vecs), plan.reducers, plan.stage, plan.depth, float(1.0 / n), p.eps,
+                      reinterpret_cast<unsigned long long*>(counters + (groups + 1) * kSpreadCounterStride),
+                      counters};
+      args[4] = &a;
+      return cudaLaunchKernelExC(&cfg, kernel, args);
+    }
     if (plan.tier == 2) {
       if (ws.counters == nullptr || ws.partials == nullptr || reinterpret_cast<uintptr_t>(ws.partials) % 16 != 0) {
         return cudaErrorInvalidValue;
@@ -313,6 +351,11 @@ struct LaunchOp {
 template <typename T, int VEC>
 struct ResidentOp {  // of the kernel that LaunchOp launches
   static cudaError_t run(const Problem& p, const Plan& plan, int* ctas) {
+    if (plan.tier == 3) {
+      const void* kernel = spread_kernel<T, VEC>(p.length % VEC == 0);
+      *ctas = kernel == nullptr ? 0 : memo(kernel, plan.threads, 1, plan.smem_bytes, resident);
+      return cudaSuccess;
+    }
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
             : plan.tier == 2 ? resident_memo(grid_plan_kernel<T, VEC>(plan, p.length % VEC == 0), plan.threads, 1,
                                              plan.smem_bytes)

@@ -43,12 +43,18 @@ struct Limits {
   int t1_smem = 0;            // tier 1 one-chunk plans of <= 256-thread CTAs: the slice in shared memory, not
                               // registers (gn_mish_smem.cuh): 1 = same CTAs, 2 = half the CTAs per group with twice
                               // the vectors each; -1 = never; 0 = the measured rule
+  int t3 = 0;                 // tier 3 (every group spread over the whole resident grid, x on chip, the groups
+                              // pipelined: gn_mish_spread.cuh): 1 = wherever it fits, -1 = never, 0 = the rule
+  int t3_ctas = 0;            // tier 3 CTAs (one per SM); 0: every SM
+  int t3_reducers = 0;        // tier 3 group warps (reduce, publish, collect; the rest store), 1..16; 0: the default
+  int t3_depth = 0;           // tier 3 groups requested ahead per CTA (g + depth once g has landed); 0: every group
 };
 
 // How one call maps onto the GPU.
 struct Plan {
   int tier = 0;            // 0: one CTA slice per group (whole group in registers); 1: a cluster of CTAs per group;
-                           // 2: `cluster` CTAs per group (no hardware cluster) meeting through global memory
+                           // 2: `cluster` CTAs per group (no hardware cluster) meeting through global memory;
+                           // 3: every CTA (grid, one per SM) holds a piece of slice_vecs vectors of every group
   int vec = 1;             // elements per load: 16 bytes / element size, or 1 (unaligned or n % vec != 0)
   int threads = 0;         // CTA size
   int group_threads = 0;   // tier 0: threads per group (a power of two >= 32)
@@ -66,9 +72,11 @@ struct Plan {
   int64_t counter_bytes = 0;  // tier 2: the groups' arrival/departure counters (Workspace::counters)
   int64_t partial_bytes = 0;  // tier 2: the CTAs' partial statistics (Workspace::partials)
   int smem_slice = 0;      // tier 1: 1 = the slice is copied to shared memory (smem_bytes), not held in registers
+  int reducers = 0;        // tier 3: group warps (reduce, publish, collect; the others store)
+  int depth = 0;           // tier 3: groups requested ahead per CTA
 };
 
-// Tier 2's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at
+// Tiers 2 and 3's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at
 // zero), only ever used for counters (a buffer that held anything else is not zero where a later plan counts) and
 // by one stream at a time; partials: plan.partial_bytes, 16-byte aligned, no initial value needed.
 struct Workspace {
@@ -88,7 +96,7 @@ cudaError_t make_plan(const Problem& p, const void* x, const void* y, const Limi
 // CTAs of `plan` that can be resident at once on the current device (occupancy query; for notes and tuning).
 cudaError_t resident_ctas(const Problem& p, const Plan& plan, int* ctas);
 
-// Launch `plan` (from make_plan) on `stream`; returns the launch error (cudaSuccess when queued). `ws`: tier 2 only.
+// Launch `plan` (from make_plan) on `stream`; returns the launch error (cudaSuccess when queued). `ws`: tiers 2, 3.
 cudaError_t launch(const Problem& p, const Plan& plan, const void* x, const void* gamma, const void* beta, void* y,
                    const Workspace& ws, cudaStream_t stream);
 

@@ -45,7 +45,8 @@ gn_mish::Limits limits_of(const std::vector<int64_t>& knobs) {
   gn_mish::Limits lim;
   int* fields[] = {&lim.max_threads, &lim.max_cluster, &lim.t0_threads,     &lim.t0_groups_per_cta,
                    &lim.t1_threads,  &lim.t1_items,     &lim.t1_ctas_per_sm, &lim.t1_persistent,
-                   &lim.t1_stash,    &lim.t2,           &lim.t2_ctas,        &lim.t1_smem};
+                   &lim.t1_stash,    &lim.t2,           &lim.t2_ctas,        &lim.t1_smem,
+                   &lim.t3,          &lim.t3_ctas,      &lim.t3_reducers,    &lim.t3_depth};
   constexpr size_t kFields = sizeof(fields) / sizeof(fields[0]);
   TORCH_CHECK(knobs.empty() || knobs.size() == kFields, "gn_mish: expected ", kFields, " knobs, got ", knobs.size());
   for (size_t i = 0; i < knobs.size(); ++i) *fields[i] = static_cast<int>(knobs[i]);
@@ -60,7 +61,7 @@ gn_mish::Plan plan_of(const gn_mish::Problem& p, const torch::Tensor& x, const v
   return pl;
 }
 
-// Tier 2's buffers. Outside a stream capture: one per (device, stream, kind), grown by replacing it (the old one
+// Tier 2 and 3's buffers. Outside a stream capture: one per (device, stream, kind), grown by replacing it (the old one
 // is freed in stream order); the counters are zeroed when made, every launch leaves them at zero, and they never hold
 // anything else. While the stream is captured: fresh ones per call, so the graph owns them (the counters' memset is
 // a node before the kernel; a cached buffer would be shared between replays and eager calls on another stream).
@@ -93,10 +94,10 @@ torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& gamma, const 
   const cudaStream_t stream = c10::cuda::getCurrentCUDAStream();
   torch::Tensor counters, partials;  // held until the launch is queued
   gn_mish::Workspace ws;
-  if (pl.tier == 2) {
+  if (pl.tier >= 2) {
     counters = scratch(x, pl.counter_bytes, true, stream);
-    partials = scratch(x, pl.partial_bytes, false, stream);
-    ws = {counters.data_ptr(), partials.data_ptr()};
+    if (pl.partial_bytes > 0) partials = scratch(x, pl.partial_bytes, false, stream);
+    ws = {counters.data_ptr(), partials.defined() ? partials.data_ptr() : nullptr};
   }
   const cudaError_t err = gn_mish::launch(p, pl, x.data_ptr(), gamma.data_ptr(), beta.data_ptr(), y.data_ptr(), ws,
                                           stream);
@@ -130,6 +131,8 @@ std::map<std::string, int64_t> plan(const torch::Tensor& x, int64_t groups, cons
           {"counter_bytes", pl.counter_bytes},
           {"partial_bytes", pl.partial_bytes},
           {"smem_slice", pl.smem_slice},
+          {"reducers", pl.reducers},
+          {"depth", pl.depth},
           {"resident_ctas", resident}};
 }
 

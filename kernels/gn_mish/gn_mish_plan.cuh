@@ -30,6 +30,14 @@ constexpr int kGridMaxCtas = 32;          // tier 2: CTAs per group (one warp me
 constexpr int64_t kGridFewMinVecs = 65536;  // tier 2 by default for few groups from 64K vectors (1 MB) per group
 constexpr int kSmemSliceThreads = 256;    // tier 1 with the slice in shared memory: CTAs of <= 256 threads ...
 constexpr int kSmemSliceItems = 8;        // ... of <= 8 vectors per thread run 6 CTAs per SM (40 registers), more 3
+constexpr int kSpreadMaxGroups = 32;      // tier 3: groups per launch (an mbarrier pair and a slot row each)
+constexpr int kSpreadMaxCtas = 256;       // tier 3: CTAs (warp 0 polls <= 8 slots per lane)
+constexpr int kSpreadMaxReducers = 16;    // tier 3: group warps (reduce, publish, collect)
+constexpr int kSpreadReducers = 8;        // tier 3 default: up to 8 group warps (B = 1: one per group), the rest store
+constexpr int kSpreadStaticSmem = 1024;   // >= the tier-3 kernel's static shared memory (768 B)
+constexpr int kSpreadPieceAlign = 8;      // tier 3 pieces: multiples of 8 vectors (128 bytes)
+constexpr int kSpreadCounterStride = 32;  // tier 3: a group's count alone in a 128-byte line (words)
+constexpr int kSpreadStageBytes = 16384;  // tier 3 stages gamma/beta in shared memory up to this many bytes
 
 // Tier 0 CTA size cap for a number of vectors per thread: 4 and 8 need more than the 64 registers that a
 // 1024-thread CTA leaves per thread.
@@ -95,7 +103,9 @@ inline bool limits_ok(const Limits& l) {
          (l.t1_threads == 0 || (l.t1_threads % kWarp == 0 && l.t1_threads >= kWarp && l.t1_threads <= kMaxThreads)) &&
          l.t1_items >= 0 && l.t1_ctas_per_sm >= 0 && l.t1_ctas_per_sm <= 32 &&
          (l.t1_persistent == 0 || l.t1_persistent == 1) && l.t1_stash >= -1 && l.t2 >= -1 && l.t2 <= 1 &&
-         l.t2_ctas >= 0 && l.t2_ctas <= kGridMaxCtas && l.t1_smem >= -1 && l.t1_smem <= 2;
+         l.t2_ctas >= 0 && l.t2_ctas <= kGridMaxCtas && l.t1_smem >= -1 && l.t1_smem <= 2 && l.t3 >= -1 &&
+         l.t3 <= 1 && l.t3_ctas >= 0 && l.t3_ctas <= kSpreadMaxCtas && l.t3_reducers >= 0 &&
+         l.t3_reducers <= kSpreadMaxReducers && l.t3_depth >= 0;
 }
 
 // Tier 0: `group_threads` threads per group (power of two), each holding `items` vectors (power of two <= 8),
@@ -473,6 +483,54 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
   *pl = q;
 }
 
+// Tier 3 (gn_mish_spread.cuh): a resident grid of P CTAs (t3_ctas, else one per SM), CTA r holding vectors
+// [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8 vectors), the
+// groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps (else one per
+// group, up to 8) reduce, publish and collect, the rest store. Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and
+// every piece of every group in one CTA's shared memory, after them the gamma/beta of the channels a piece spans in
+// every group (`stage`, when <= 16 KB; else read through L1); returns false (plan unchanged) otherwise. A count per
+// group and a departure counter (128 bytes each), then the slots (8 bytes per group and CTA) live in the counters
+// buffer.
+inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv,
+                        int64_t groups, int thread_cap, Plan* out) {
+  if (lim.t3 < 0 || vec == 1 || dev.major < 9 || groups > kSpreadMaxGroups || dev.sms < 1) return false;
+  const int ctas = std::min({lim.t3_ctas > 0 ? lim.t3_ctas : dev.sms, dev.sms, kSpreadMaxCtas});
+  const int threads = lim.t1_threads > 0 ? std::min(lim.t1_threads, thread_cap) : std::min(kMaxThreads, thread_cap);
+  const int reducers = lim.t3_reducers > 0 ? lim.t3_reducers
+                                            : int(std::min<int64_t>({kSpreadReducers, groups, threads / kWarp / 2}));
+  if (reducers < 1 || reducers + 1 > threads / kWarp) return false;  // >= 1 group warp, >= 1 storer
+  const int64_t piece = ceil_div(ceil_div(nv, ctas), kSpreadPieceAlign) * kSpreadPieceAlign;
+  const int64_t span = slice_channels(p, piece, vec);
+  const int stage = groups * span * 2 * int(sizeof(float)) <= kSpreadStageBytes ? int(span) : 0;
+  const int64_t smem = groups * (piece * 16 + stage * 2 * int(sizeof(float)));
+  if (smem + kSpreadStaticSmem > dev.smem_optin) return false;
+  Plan pl;
+  pl.vec = vec;
+  pl.tier = 3;
+  pl.threads = threads;
+  pl.reducers = reducers;
+  pl.grid = ctas;
+  pl.cluster = 1;
+  pl.slice_vecs = piece;
+  pl.items = int(ceil_div(piece, int64_t(threads - reducers * kWarp)));  // vectors per storer per group
+  pl.stage = stage;
+  pl.depth = int(lim.t3_depth > 0 ? std::min<int64_t>(lim.t3_depth, groups) : groups);
+  pl.smem_bytes = int(smem);
+  pl.counter_bytes = (groups + 1) * kSpreadCounterStride * int(sizeof(uint32_t)) + groups * ctas * 8;
+  *out = pl;
+  return true;
+}
+
+// Tier 3 by default (t3 = 0, t2 = 0): where rule (a) of grid_by_default would take tier 2 for the measured B = 1
+// (SMs / groups >= 16: 8 groups on 132 SMs, of >= 64K vectors each) and x fits on chip (plan_spread). H100, cold, same process against the default
+// of the time (results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-*.txt): fp32 b1_c2048_l1024 12.43 -> 11.78 us,
+// b1_c512_l4096 12.30 -> 11.74, bf16 b1_c2048_l4096 19.33 -> 18.35, fp16 19.34 -> 18.70. Smaller B = 1 groups stay on
+// tier 1, whose cluster exchange is cheaper than the trip through L2 (b1_c1024_l1024 9.22 vs 9.66, b1_c256_l1024 6.82
+// vs 8.96), as do more groups (b2_c1024_l1024 12.40 vs 13.82, b4_c512_l1024 12.77 vs 18.34).
+inline bool spread_by_default(const Limits& lim, const DeviceInfo& dev, int64_t nv, int64_t groups) {
+  return lim.t3 == 0 && lim.t2 == 0 && groups * 16 <= dev.sms && nv >= kGridFewMinVecs;
+}
+
 template <typename Fits16, typename Clusters, typename GridResident, typename T1Resident>
 Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, Fits16&& fits16,
                  Clusters&& clusters, GridResident&& grid_resident, T1Resident&& t1_resident) {
@@ -483,6 +541,9 @@ Plan choose_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int
   const int thread_cap = std::max(kWarp, std::min(kMaxThreads, lim.max_threads / kWarp * kWarp));
   if (nv <= kTier0MaxVecs) {
     plan_tier0(lim, dev, nv, groups, &out);
+  } else if ((lim.t3 > 0 || spread_by_default(lim, dev, nv, groups)) &&
+             plan_spread(p, lim, dev, vec, nv, groups, thread_cap, &out)) {
+    return out;
   } else if (!(lim.t2 > 0 && plan_grid(p, lim, dev, vec, nv, groups, thread_cap, grid_resident, &out))) {
     plan_tier1(p, lim, dev, vec, nv, groups, fits16, clusters, &out);
     if (lim.t2 == 0 && grid_by_default(lim, dev, vec, nv, groups, out)) {
