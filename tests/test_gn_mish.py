@@ -603,6 +603,31 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
     assert spread > 500, run.stdout
 
 
+@pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
+def test_static_shared_memory_within_the_planner_bounds(tmp_path):
+    """Every kernel's static shared memory (ptxas, sm_90) stays within the bound the planner subtracts from the opt-in
+    maximum before sizing dynamic shared memory (a larger static part makes cudaFuncSetAttribute refuse the size and
+    the launch fail). One extern array's alignment pads every kernel of the file: tier 3's first __align__(128) put
+    the cluster kernel at 768 B, past kStaticSmemBound = 672, and 3 tier-1 GPU tests failed to launch."""
+    src = ROOT / "kernels" / FAMILY / "gn_mish.cu"
+    run = subprocess.run([nvcc_path(), "-c", "-std=c++17", "-arch=sm_90", "-O3", "-Xptxas", "-v", str(src), "-o",
+                          str(tmp_path / "gn_mish.o")], capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    plan = (ROOT / "kernels" / FAMILY / "gn_mish_plan.cuh").read_text()
+    bound = {name: int(re.search(rf"constexpr int {name} = (\d+);", plan).group(1))
+             for name in ("kStaticSmemBound", "kPersistentStaticSmem", "kSpreadStaticSmem")}
+    kernel_bound = {"gn_mish_cluster_kernel": "kStaticSmemBound", "gn_mish_grid_kernel": "kStaticSmemBound",
+                    "gn_mish_smem_kernel": "kStaticSmemBound", "gn_mish_persistent_kernel": "kPersistentStaticSmem",
+                    "gn_mish_spread_kernel": "kSpreadStaticSmem"}
+    seen = set()
+    for kernel, smem in re.findall(r"entry function '_ZN7gn_mish6detail\d+(\w+?)I.*?(\d+) bytes smem", run.stderr,
+                                   flags=re.S):
+        if kernel in kernel_bound:
+            seen.add(kernel)
+            assert int(smem) <= bound[kernel_bound[kernel]], (kernel, smem, kernel_bound[kernel])
+    assert seen == set(kernel_bound), seen
+
+
 PLAN_PRINT_MAIN = r"""
 // Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit; argv[1]: the L2 bytes,
 // 60 MB unless given, 50 MB for an H100) for each input line "B C L G vec <12 Limits fields>": tier threads

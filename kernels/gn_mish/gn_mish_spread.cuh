@@ -186,7 +186,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
     gn_mish_spread_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
                           T* __restrict__ y, SpreadArgs a) {
   using P = Pack<T, VEC>;
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  extern __shared__ __align__(16) unsigned char smem_raw[];  // 16, as every kernel here: an extern array's
+  // alignment pads the static shared memory of all of them (128 put the cluster kernel at 768 B, past kStaticSmemBound)
   P* const pieces = reinterpret_cast<P*>(smem_raw);  // [num_groups][piece_vecs]
   __shared__ unsigned long long landed[kSpreadMaxGroups], ready[kSpreadMaxGroups];
   __shared__ float2 stats[kSpreadMaxGroups];  // (mean, rstd) of each group
