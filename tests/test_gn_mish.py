@@ -386,7 +386,7 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
            pl.stage * 8 * groups <= kSpreadStageBytes && pl.smem_bytes + kSpreadStaticSmem <= dev.smem_optin &&
            pl.counter_bytes == (groups + 1) * kSpreadCounterStride * 4 + groups * pl.grid * 8 &&
            pl.partial_bytes == 0 && pl.depth >= 1 && pl.depth <= groups &&
-           pl.depth == (lim.t3_depth ? std::min<int64_t>(lim.t3_depth, groups) : groups), "%s: tier-3 plan", what);
+           pl.depth == std::min<int64_t>(lim.t3_depth ? lim.t3_depth : kSpreadDepth, groups), "%s: tier-3 plan", what);
     const FastDiv Ld(uint32_t(p.length));
     std::vector<unsigned char> reduced(size_t(nv), 0);
     for (int64_t r = 0; r < pl.grid; ++r) {  // a group warp's and the storers' loops over a piece
@@ -1000,9 +1000,10 @@ def test_fused_tier2_matches_reference(registry, fam, label, dtype):
 
 
 TIER3_KNOBS = {  # label -> knobs: the default CTAs, few group warps (several groups each), more group warps than
-    # groups, 40 CTAs, requests two groups ahead, 128-thread CTAs (fewer storer warps than groups)
+    # groups, 40 CTAs, requests two groups ahead or all at once, 128-thread CTAs (fewer storer warps than groups)
     "t3": {"t3": 1}, "w=3": {"t3": 1, "t3_reducers": 3}, "w=16": {"t3": 1, "t3_reducers": 16},
-    "p=40": {"t3": 1, "t3_ctas": 40}, "d=2": {"t3": 1, "t3_depth": 2}, "t=128": {"t3": 1, "t1_threads": 128}}
+    "p=40": {"t3": 1, "t3_ctas": 40}, "d=2": {"t3": 1, "t3_depth": 2}, "d=32": {"t3": 1, "t3_depth": 32},
+    "t=128": {"t3": 1, "t1_threads": 128}}
 
 
 @gpu_test

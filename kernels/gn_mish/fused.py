@@ -52,7 +52,7 @@ class Tuning:
     a resident grid holds a piece of every group and the groups are pipelined through the chip), -1 = never, 0 = the
     rule; t3_ctas: its CTAs (0: one per SM, at most 256); t3_reducers: its group warps (reduce, publish, collect), 1..16
     (0: one per group, up to 8; the rest store; t1_threads sets the CTA size); t3_depth: groups requested ahead per CTA
-    (0: all at once).
+    (0: 4).
     """
 
     max_threads: int = 1024

@@ -47,7 +47,7 @@ struct Limits {
                               // pipelined: gn_mish_spread.cuh): 1 = wherever it fits, -1 = never, 0 = the rule
   int t3_ctas = 0;            // tier 3 CTAs (one per SM); 0: every SM
   int t3_reducers = 0;        // tier 3 group warps (reduce, publish, collect; the rest store), 1..16; 0: the default
-  int t3_depth = 0;           // tier 3 groups requested ahead per CTA (g + depth once g has landed); 0: every group
+  int t3_depth = 0;           // tier 3 groups requested ahead per CTA (g + depth once g has landed); 0: 4
 };
 
 // How one call maps onto the GPU.

@@ -34,6 +34,7 @@ constexpr int kSpreadMaxGroups = 32;      // tier 3: groups per launch (an mbarr
 constexpr int kSpreadMaxCtas = 256;       // tier 3: CTAs (warp 0 polls <= 8 slots per lane)
 constexpr int kSpreadMaxReducers = 16;    // tier 3: group warps (reduce, publish, collect)
 constexpr int kSpreadReducers = 8;        // tier 3 default: up to 8 group warps (B = 1: one per group), the rest store
+constexpr int kSpreadDepth = 4;           // tier 3 default: 4 groups requested ahead per CTA
 constexpr int kSpreadStaticSmem = 1024;   // >= the tier-3 kernel's static shared memory (768 B)
 constexpr int kSpreadPieceAlign = 8;      // tier 3 pieces: multiples of 8 vectors (128 bytes)
 constexpr int kSpreadCounterStride = 32;  // tier 3: a group's count alone in a 128-byte line (words)
@@ -486,7 +487,9 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
 // Tier 3 (gn_mish_spread.cuh): a resident grid of P CTAs (t3_ctas, else one per SM), CTA r holding vectors
 // [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8 vectors), the
 // groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps (else one per
-// group, up to 8) reduce, publish and collect, the rest store. Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and
+// group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested ahead per CTA (H100,
+// cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982, b1_c512_l4096
+// 0.969; depth 2 lost 2-3 % on fp32, results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt). Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and
 // every piece of every group in one CTA's shared memory, after them the gamma/beta of the channels a piece spans in
 // every group (`stage`, when <= 16 KB; else read through L1); returns false (plan unchanged) otherwise. A count per
 // group and a departure counter (128 bytes each), then the slots (8 bytes per group and CTA) live in the counters
@@ -514,7 +517,7 @@ inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& d
   pl.slice_vecs = piece;
   pl.items = int(ceil_div(piece, int64_t(threads - reducers * kWarp)));  // vectors per storer per group
   pl.stage = stage;
-  pl.depth = int(lim.t3_depth > 0 ? std::min<int64_t>(lim.t3_depth, groups) : groups);
+  pl.depth = int(std::min<int64_t>(lim.t3_depth > 0 ? lim.t3_depth : kSpreadDepth, groups));
   pl.smem_bytes = int(smem);
   pl.counter_bytes = (groups + 1) * kSpreadCounterStride * int(sizeof(uint32_t)) + groups * ctas * 8;
   *out = pl;

@@ -1,7 +1,8 @@
 """Tier 3 (gn_mish_spread.cuh: every CTA holds a piece of every group, groups pipelined through the chip) against the
 default plan, same process, cold, us, A/B/A order; the same-size copy timed in the same process; parity vs fp64
 before and after timing (the slots must be back at zero after every launch), after tier-2 launches on the same
-stream, and in a CUDA graph. Argument: quick (the issue's B = 1 misses, a few knob sets) or knobs (more)."""
+stream, and in a CUDA graph. Argument: quick (the issue's B = 1 misses, a few knob sets), knobs (more) or depth
+(tier 3's request depth and group warps on the four shapes its default rule takes)."""
 import importlib
 import sys
 from pathlib import Path
@@ -24,10 +25,16 @@ t3 = {"t3": {"t3": 1}, "t3,r4": {"t3": 1, "t3_reducers": 4}, "t3,r12": {"t3": 1,
       "t3,512t": {"t3": 1, "t1_threads": 512, "t3_reducers": 4}, "t3,64cta": {"t3": 1, "t3_ctas": 64}}
 if mode == "quick":
     t3 = {k: t3[k] for k in ("t3", "t3,512t", "t3,64cta")}
+if mode == "depth":
+    t3 = {"d2": {"t3_depth": 2}, "d3": {"t3_depth": 3}, "d4": {"t3_depth": 4}, "r16": {"t3_reducers": 16},
+          "t1=512": {"t1_threads": 512}}
 shapes = [(1, 2048, 1024, "float32"), (1, 512, 4096, "float32"), (1, 1024, 1024, "float32"),
           (1, 2048, 4096, "bfloat16"), (1, 256, 1024, "float32"), (1, 512, 1024, "float32"),
           (1, 2048, 4096, "float16"), (2, 1024, 1024, "float32"), (4, 512, 1024, "float32"),
           (1, 2048, 4096, "float32"), (1, 512, 1001, "float32"), (1, 1024, 2000, "bfloat16")]
+if mode == "depth":
+    shapes = [(1, 2048, 4096, "bfloat16"), (1, 2048, 4096, "float16"), (1, 2048, 1024, "float32"),
+              (1, 512, 4096, "float32")]
 
 
 def error(x, g, b, G, eps, kn, ref, tol):
