@@ -3,7 +3,9 @@
 Small groups (every Push-T GroupNorm): the group in the registers of a warp ... a CTA. Large groups: a
 thread-block cluster (sm_90) per group combining (count, mean, M2) through distributed shared memory, so x is
 read from DRAM once; beyond the cluster's register capacity it streams (re-read from L2). Tier 2: up to 32 CTAs
-per group meeting through global memory in a resident grid, slices in registers plus shared memory. `Tuning`
+per group meeting through global memory in a resident grid, slices in registers plus shared memory. Tier 3 (B = 1,
+x on chip): every CTA of a resident grid holds a piece of every group and the groups are pipelined through the chip,
+so one group's stores overlap the next one's loads. `Tuning`
 selects the CTA shapes of the tiers at run time (kernels/gn_mish/_tune.py sweeps them); the defaults are the
 variant's.
 """
@@ -168,6 +170,7 @@ def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> di
 
 @dpk.variant("gn_mish", "fused", needs=("cuda", "nvcc"), dtypes=("float32", "float16", "bfloat16"), compute="float32")
 def fused(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
-    """Fused CUDA kernel: a warp..CTA per small group, a thread-block cluster per large group, or up to 32 CTAs
-    meeting through global memory (few large groups, or groups a cluster would re-read from DRAM)."""
+    """Fused CUDA kernel: a warp..CTA per small group, a thread-block cluster per large group, up to 32 CTAs
+    meeting through global memory (few large groups, or groups a cluster would re-read from DRAM), or, for B = 1
+    groups whose x fits on chip, every SM holding a piece of every group with the groups pipelined."""
     return fused_gn_mish(x, gamma, beta, groups, eps)
