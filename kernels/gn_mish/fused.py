@@ -163,7 +163,7 @@ def fused_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, grou
 
 def fused_plan(x: torch.Tensor, groups: int, tuning: Tuning | None = None) -> dict[str, int]:
     """How the kernel maps x on this GPU: tier, vec, threads, group_threads, groups_per_cta, cluster, items, grid,
-    slice_vecs, chunks, persistent, stage, smem_bytes, stash, counter_bytes, partial_bytes, smem_slice, reducers,
+    slice_vecs, chunks, persistent, stage, smem_bytes, stash, counter_bytes, partial_bytes, smem_slice, reducers, depth,
     resident_ctas (CTAs of this plan that fit at once)."""
     return dict(extension().plan(x, groups, _tuning(tuning).as_list()))
 

@@ -112,36 +112,26 @@ int memo(const void* kernel, int a, int b, int c, int (*compute)(const void*, in
   return it->second;
 }
 
-// Allow 16-CTA clusters and dynamic shared memory up to the opt-in maximum (t1_ctas_per_sm pads with it).
-// 1 when non-portable clusters are allowed.
-int prepare_kernel(const void* kernel, int, int, int) {
+// Allow 16-CTA clusters and dynamic shared memory up to the opt-in maximum less `static_bound`, the kernel's static
+// shared memory bound (t1_ctas_per_sm pads with it). 1 when non-portable clusters are allowed.
+int prepare_kernel(const void* kernel, int static_bound, int, int) {
   DeviceInfo dev;
   if (device_info(&dev) == cudaSuccess && dev.smem_optin > 48 * 1024) {
-    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.smem_optin - kStaticSmemBound);
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dev.smem_optin - static_bound);
   }
   const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
   (void)cudaGetLastError();  // a refusal must not look like a failed launch later
   return ok ? 1 : 0;
 }
 
-bool prepare_tier1(const void* kernel) { return memo(kernel, 0, 0, -1, prepare_kernel) == 1; }
-
-// Tier 3's dynamic shared memory up to what its larger static part leaves.
-int prepare_spread_kernel(const void* kernel, int, int, int) {
-  DeviceInfo dev;
-  if (device_info(&dev) != cudaSuccess || dev.smem_optin <= kSpreadStaticSmem) return 0;
-  const bool ok = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       dev.smem_optin - kSpreadStaticSmem) == cudaSuccess;
-  (void)cudaGetLastError();
-  return ok ? 1 : 0;
-}
+bool prepare_tier1(const void* kernel) { return memo(kernel, kStaticSmemBound, 0, -1, prepare_kernel) == 1; }
 
 template <typename T, int VEC>
 const void* spread_kernel(bool whole) {
   if constexpr (VEC > 1) {
     const void* k = whole ? reinterpret_cast<const void*>(gn_mish_spread_kernel<T, VEC, true>)
                           : reinterpret_cast<const void*>(gn_mish_spread_kernel<T, VEC, false>);
-    memo(k, 1, 0, -1, prepare_spread_kernel);
+    memo(k, kSpreadStaticSmem, 0, -1, prepare_kernel);  // its larger static part
     return k;
   }
   return nullptr;
@@ -321,8 +311,7 @@ struct LaunchOp {
         return cudaErrorInvalidValue;
       }
       unsigned* counters = static_cast<unsigned*>(ws.counters);  // counts, departures, then the slots
-      SpreadArgs a = {groups, FastDiv(uint32_t(p.groups)), cgc, FastDiv(uint32_t(p.length)), n, n / VEC,
-                      int(plan.slice_vecs), plan.reducers, plan.stage, plan.depth, float(1.0 / n), p.eps,
+      SpreadArgs a = {shape, plan.reducers, plan.depth,
                       reinterpret_cast<unsigned long long*>(counters + (groups + 1) * kSpreadCounterStride),
                       counters};
       args[4] = &a;

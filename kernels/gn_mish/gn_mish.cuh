@@ -76,9 +76,10 @@ struct Plan {
   int depth = 0;           // tier 3: groups requested ahead per CTA
 };
 
-// Tiers 2 and 3's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves them at
-// zero), only ever used for counters (a buffer that held anything else is not zero where a later plan counts) and
-// by one stream at a time; partials: plan.partial_bytes, 16-byte aligned, no initial value needed.
+// Tiers 2 and 3's global memory. counters: plan.counter_bytes, zero before the first launch (every launch leaves
+// them at zero), only ever used for counters and tier 3's marked slots (a buffer that held anything else is not zero
+// where a later plan counts) and by one stream at a time; partials: plan.partial_bytes (tier 2), 16-byte aligned, no
+// initial value needed.
 struct Workspace {
   void* counters = nullptr;
   void* partials = nullptr;

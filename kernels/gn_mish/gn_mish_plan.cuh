@@ -487,13 +487,13 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
 // Tier 3 (gn_mish_spread.cuh): a resident grid of P CTAs (t3_ctas, else one per SM), CTA r holding vectors
 // [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8 vectors), the
 // groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps (else one per
-// group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested ahead per CTA (H100,
-// cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982, b1_c512_l4096
-// 0.969; depth 2 lost 2-3 % on fp32, results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt). Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and
-// every piece of every group in one CTA's shared memory, after them the gamma/beta of the channels a piece spans in
-// every group (`stage`, when <= 16 KB; else read through L1); returns false (plan unchanged) otherwise. A count per
-// group and a departure counter (128 bytes each), then the slots (8 bytes per group and CTA) live in the counters
-// buffer.
+// group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested ahead per CTA
+// (H100, cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982,
+// b1_c512_l4096 0.969; depth 2 lost 2-3 % on fp32: results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt).
+// Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and every piece of every group in one CTA's shared
+// memory, after them the gamma/beta of the channels a piece spans in every group (`stage`, when <= 16 KB; else read
+// through L1); returns false (plan unchanged) otherwise. A count per group and a departure counter (128 bytes each),
+// then the slots (8 bytes per group and CTA) live in the counters buffer.
 inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv,
                         int64_t groups, int thread_cap, Plan* out) {
   if (lim.t3 < 0 || vec == 1 || dev.major < 9 || groups > kSpreadMaxGroups || dev.sms < 1) return false;
@@ -515,7 +515,8 @@ inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& d
   pl.grid = ctas;
   pl.cluster = 1;
   pl.slice_vecs = piece;
-  pl.items = int(ceil_div(piece, int64_t(threads - reducers * kWarp)));  // vectors per storer per group
+  const int64_t per_group = std::max<int64_t>(1, (threads / kWarp - reducers) / groups);  // storer warps, fewest
+  pl.items = int(ceil_div(piece, per_group * kWarp));  // vectors per storer thread of a group
   pl.stage = stage;
   pl.depth = int(std::min<int64_t>(lim.t3_depth > 0 ? lim.t3_depth : kSpreadDepth, groups));
   pl.smem_bytes = int(smem);
@@ -525,11 +526,12 @@ inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& d
 }
 
 // Tier 3 by default (t3 = 0, t2 = 0): where rule (a) of grid_by_default would take tier 2 for the measured B = 1
-// (SMs / groups >= 16: 8 groups on 132 SMs, of >= 64K vectors each) and x fits on chip (plan_spread). H100, cold, same process against the default
-// of the time (results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-*.txt): fp32 b1_c2048_l1024 12.43 -> 11.78 us,
-// b1_c512_l4096 12.30 -> 11.74, bf16 b1_c2048_l4096 19.33 -> 18.35, fp16 19.34 -> 18.70. Smaller B = 1 groups stay on
-// tier 1, whose cluster exchange is cheaper than the trip through L2 (b1_c1024_l1024 9.22 vs 9.66, b1_c256_l1024 6.82
-// vs 8.96), as do more groups (b2_c1024_l1024 12.40 vs 13.82, b4_c512_l1024 12.77 vs 18.34).
+// (SMs / groups >= 16: 8 groups on 132 SMs, of >= 64K vectors each) and x fits on chip (plan_spread). H100, cold, same
+// process against the default of the time (results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-*.txt): fp32
+// b1_c2048_l1024 12.43 -> 11.78 us, b1_c512_l4096 12.30 -> 11.74, bf16 b1_c2048_l4096 19.33 -> 18.35, fp16 19.34 ->
+// 18.70. Smaller B = 1 groups stay on tier 1, whose cluster exchange is cheaper than the trip through L2
+// (b1_c1024_l1024 9.22 vs 9.66, b1_c256_l1024 6.82 vs 8.96), as do more groups (b2_c1024_l1024 12.40 vs 13.82,
+// b4_c512_l1024 12.77 vs 18.34).
 inline bool spread_by_default(const Limits& lim, const DeviceInfo& dev, int64_t nv, int64_t groups) {
   return lim.t3 == 0 && lim.t2 == 0 && groups * 16 <= dev.sms && nv >= kGridFewMinVecs;
 }

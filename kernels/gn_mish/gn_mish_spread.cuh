@@ -18,8 +18,9 @@
 //   shared memory and an mbarrier;
 // - the other warps store: first they stage the gamma/beta of every group's piece in shared memory (a piece
 //   covers the same channels of every group), then each waits for its group's statistics, normalises its share of
-//   the piece from shared memory and writes y (storer warps split over the groups, so the groups store side by side). (Reading gamma/beta through L1 put an L2 round trip in front of every
-//   group's stores, one group after another: fp32 b1_c256_l1024 took 12.1 us against tier 1's 7.0.)
+//   the piece from shared memory and writes y (storer warps split over the groups, so the groups store side by
+//   side). Reading gamma/beta through L1 put an L2 round trip in front of every group's stores, one group after
+//   another (fp32 b1_c256_l1024: 12.1 us against tier 1's 7.0).
 // Counts and slots live in the zeroed counters buffer: after their last group, the group warps meet at a named barrier
 // and thread 0 counts out on a departure counter; the last CTA out zeroes the slots, the counts and the departures,
 // so every launch finds them zero.
@@ -29,17 +30,12 @@
 
 namespace gn_mish::detail {
 
+// Tier 1's Tier1Args (one launch-side construction for the tiers; slice_vecs: the piece, stage: the channels staged
+// per group, cluster_shift and stash unused) plus tier 3's fields.
 struct SpreadArgs {
-  int num_groups;              // B * G (<= kSpreadMaxGroups)
-  FastDiv G;                   // groups per sample
-  int cg;                      // channels per group
-  FastDiv L;                   // channel length
-  int n, nv;                   // elements and vectors per group
-  int piece_vecs;              // vectors of each group per CTA (a multiple of 8: 128-byte pieces in shared memory)
+  Tier1Args t;
   int reducers;                // group warps (0 .. W - 1): reduce, publish, collect; the rest store
-  int stage;                   // channels of gamma/beta per group staged in shared memory after the pieces (0: L1)
   int depth;                   // groups requested ahead: 0..depth-1 at start, g + depth once g has landed
-  float inv_n, eps;
   unsigned long long* slots;   // [num_groups][gridDim.x] published (mean, M2 | sign) of each CTA's piece
   unsigned* counters;          // [num_groups + 1][kSpreadCounterStride]: publications per group, then departures
 };
@@ -141,7 +137,7 @@ __device__ __forceinline__ Stats spread_collect(const SpreadArgs& a, int group, 
   for (int k = 0; k < kPerLane; ++k) {
     const int r = lane + k * kWarp;
     if (r < ctas) {
-      const int lo = min(a.nv, r * a.piece_vecs), hi = min(a.nv, lo + a.piece_vecs);
+      const int lo = min(a.t.nv, r * a.t.slice_vecs), hi = min(a.t.nv, lo + a.t.slice_vecs);
       acc = merge(acc, Stats{float((hi - lo) * vec), __uint_as_float(unsigned(v[k])),
                              __uint_as_float(unsigned(v[k] >> 32) & 0x7fffffffu)});
     }
@@ -193,10 +189,10 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   __shared__ float2 stats[kSpreadMaxGroups];  // (mean, rstd) of each group
   const int ctas = int(gridDim.x), rank = int(blockIdx.x);
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) & (kWarp - 1);
-  const int v_begin = min(a.nv, rank * a.piece_vecs);
-  const int count = min(a.nv, v_begin + a.piece_vecs) - v_begin;  // vectors of each group in this CTA
+  const int v_begin = min(a.t.nv, rank * a.t.slice_vecs);
+  const int count = min(a.t.nv, v_begin + a.t.slice_vecs) - v_begin;  // vectors of each group in this CTA
   if (threadIdx.x == 0) {
-    for (int g = 0; g < a.num_groups; ++g) spread_bar_init(&landed[g]), spread_bar_init(&ready[g]);
+    for (int g = 0; g < a.t.num_groups; ++g) spread_bar_init(&landed[g]), spread_bar_init(&ready[g]);
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
@@ -205,36 +201,36 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
   if (warp < a.reducers) {  // group warps: warp w takes groups w, w + W, ...
     const auto request = [&](int g) {
-      spread_request(pieces + g * a.piece_vecs, x + int64_t(g) * a.n + int64_t(v_begin) * VEC, unsigned(count) * 16u,
-                     &landed[g]);
+      spread_request(pieces + g * a.t.slice_vecs, x + int64_t(g) * a.t.n + int64_t(v_begin) * VEC,
+                     unsigned(count) * 16u, &landed[g]);
     };
     if (threadIdx.x == 0) {
-      for (int g = 0; g < min(a.depth, a.num_groups); ++g) request(g);
+      for (int g = 0; g < min(a.depth, a.t.num_groups); ++g) request(g);
     }
-    for (int g = warp; g < a.num_groups; g += a.reducers) {
+    for (int g = warp; g < a.t.num_groups; g += a.reducers) {
       spread_wait(&landed[g]);
-      if (lane == 0 && g + a.depth < a.num_groups) request(g + a.depth);
-      const P* piece = pieces + g * a.piece_vecs;
+      if (lane == 0 && g + a.depth < a.t.num_groups) request(g + a.depth);
+      const P* piece = pieces + g * a.t.slice_vecs;
       const Stats mine = warp_allreduce(piece_stats<T, VEC>(piece, count, lane));
       if (lane == 0) spread_publish(a, g, ctas, rank, mine);
       const Stats total = spread_collect(a, g, ctas, VEC);
       if (lane == 0) {
-        stats[g] = make_float2(total.mean, fast_rsqrt(total.m2 * a.inv_n + a.eps));
+        stats[g] = make_float2(total.mean, fast_rsqrt(total.m2 * a.t.inv_n + a.t.eps));
         spread_arrive(&ready[g]);
       }
     }
     // Every CTA has read every count and slot once the departures reach P: only then may the last one out zero them.
     asm volatile("bar.sync 1, %0;" ::"r"(a.reducers * kWarp) : "memory");
     if (warp == 0) {
-      unsigned* departed = a.counters + a.num_groups * kSpreadCounterStride;
+      unsigned* departed = a.counters + a.t.num_groups * kSpreadCounterStride;
       unsigned last = 0;
       if (lane == 0) last = atomicAdd(departed, 1u) == unsigned(ctas) - 1;
       if (__shfl_sync(0xffffffffu, last, 0)) {
-        const int words = a.num_groups * ctas;  // 8-byte slots; the row starts 16-byte aligned
+        const int words = a.t.num_groups * ctas;  // 8-byte slots; the row starts 16-byte aligned
         ulonglong2* pairs = reinterpret_cast<ulonglong2*>(a.slots);
         for (int i = lane; i < words / 2; i += kWarp) pairs[i] = make_ulonglong2(0ull, 0ull);
         if (lane == 0 && (words & 1)) a.slots[words - 1] = 0ull;
-        if (lane < a.num_groups) a.counters[lane * kSpreadCounterStride] = 0u;
+        if (lane < a.t.num_groups) a.counters[lane * kSpreadCounterStride] = 0u;
         __syncwarp();
         if (lane == 0) atomicExch(departed, 0u);
       }
@@ -244,16 +240,16 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
 
   // storers: stage the pieces' gamma/beta while x is in flight, then store the groups as their statistics arrive
   const int sw = warp - a.reducers, storers = int(blockDim.x) / kWarp - a.reducers;
-  const int L = int(a.L.d);
-  const int c_low = int(a.L.div(uint32_t(v_begin * VEC)));  // first channel of the piece, the same in every group
-  float* const staged = reinterpret_cast<float*>(pieces + a.num_groups * a.piece_vecs);  // [group] gamma, beta
-  if (a.stage > 0) {  // item i: channel c_low + i % stage of group i / stage; one load round trip for all of them
-    for (int i = int(threadIdx.x) - a.reducers * kWarp; i < a.num_groups * a.stage; i += storers * kWarp) {
-      const int g = i / a.stage, j = i - g * a.stage;
-      const int c = (g - int(a.G.div(g)) * int(a.G.d)) * a.cg + c_low + j;
-      if (c_low + j < a.cg) {
-        staged[2 * g * a.stage + j] = to_float(__ldg(gamma + c));
-        staged[(2 * g + 1) * a.stage + j] = to_float(__ldg(beta + c));
+  const int L = int(a.t.L.d);
+  const int c_low = int(a.t.L.div(uint32_t(v_begin * VEC)));  // first channel of the piece, the same in every group
+  float* const staged = reinterpret_cast<float*>(pieces + a.t.num_groups * a.t.slice_vecs);  // [group] gamma, beta
+  if (a.t.stage > 0) {  // item i: channel c_low + i % stage of group i / stage; one load round trip for all of them
+    for (int i = int(threadIdx.x) - a.reducers * kWarp; i < a.t.num_groups * a.t.stage; i += storers * kWarp) {
+      const int g = i / a.t.stage, j = i - g * a.t.stage;
+      const int c = (g - int(a.t.G.div(g)) * int(a.t.G.d)) * a.t.cg + c_low + j;
+      if (c_low + j < a.t.cg) {
+        staged[2 * g * a.t.stage + j] = to_float(__ldg(gamma + c));
+        staged[(2 * g + 1) * a.t.stage + j] = to_float(__ldg(beta + c));
       }
     }
     asm volatile("bar.sync 2, %0;" ::"r"(storers * kWarp) : "memory");
@@ -261,28 +257,28 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // With at least as many storer warps as groups, warp sw stores group sw % groups with the Q warps of that residue
   // (B = 1 on 24 storer warps: 3 per group), so groups whose statistics arrive together store side by side; else
   // warp sw stores groups sw, sw + storers, ... alone.
-  const bool wide = storers >= a.num_groups;
-  const int q = wide ? sw / a.num_groups : 0;
-  const int Q = wide ? (storers - sw % a.num_groups + a.num_groups - 1) / a.num_groups : 1;
-  for (int g = wide ? sw % a.num_groups : sw; g < a.num_groups; g += wide ? a.num_groups : storers) {
-    const int c_first = (g - int(a.G.div(g)) * int(a.G.d)) * a.cg;
-    const Affine<T> af = {a.L, a.stage, c_low, staged + 2 * g * a.stage, gamma + c_first, beta + c_first};
+  const bool wide = storers >= a.t.num_groups;
+  const int q = wide ? sw / a.t.num_groups : 0;
+  const int Q = wide ? (storers - sw % a.t.num_groups + a.t.num_groups - 1) / a.t.num_groups : 1;
+  for (int g = wide ? sw % a.t.num_groups : sw; g < a.t.num_groups; g += wide ? a.t.num_groups : storers) {
+    const int c_first = (g - int(a.t.G.div(g)) * int(a.t.G.d)) * a.t.cg;
+    const Affine<T> af = {a.t.L, a.t.stage, c_low, staged + 2 * g * a.t.stage, gamma + c_first, beta + c_first};
     spread_wait(&ready[g]);
     spread_wait(&landed[g]);
     const float2 st = stats[g];
-    const P* piece = pieces + g * a.piece_vecs - v_begin;  // indexed by the group's vector
-    P* dst = reinterpret_cast<P*>(y + int64_t(g) * a.n);
+    const P* piece = pieces + g * a.t.slice_vecs - v_begin;  // indexed by the group's vector
+    P* dst = reinterpret_cast<P*>(y + int64_t(g) * a.t.n);
     const int first = v_begin + lane + q * kWarp, end = v_begin + count, stride = Q * kWarp;
     if constexpr (kWhole) {  // no vector straddles a channel
 #pragma unroll 4
       for (int v = first; v < end; v += stride) {
-        const int c = int(a.L.div(uint32_t(v * VEC)));
+        const int c = int(a.t.L.div(uint32_t(v * VEC)));
         dst[v] = normalize_whole<T, VEC>(piece[v], af.gamma(c), af.beta(c), st.x, st.y);
       }
     } else {
 #pragma unroll 2
       for (int v = first; v < end; v += stride) {
-        const int c = int(a.L.div(uint32_t(v * VEC)));
+        const int c = int(a.t.L.div(uint32_t(v * VEC)));
         dst[v] = normalize_vec<T, VEC>(piece[v], c, v * VEC - c * L, L, af.gamma(c), af.beta(c), af.gamma_g,
                                        af.beta_g, st.x, st.y);
       }

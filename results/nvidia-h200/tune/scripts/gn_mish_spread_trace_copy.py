@@ -29,10 +29,10 @@ __device__ __forceinline__ unsigned long long now_ns() {
 }
 #define STAMP(i) (g_trace[blockIdx.x][(i)] = now_ns())
 """),
-    ("  if (threadIdx.x == 0) {\n    for (int g = 0; g < a.num_groups; ++g) spread_bar_init",
-     "  if (threadIdx.x == 0) STAMP(0);\n  if (threadIdx.x == 0) {\n    for (int g = 0; g < a.num_groups; ++g) spread_bar_init"),
-    ("      for (int g = 0; g < min(a.depth, a.num_groups); ++g) request(g);\n",
-     "      for (int g = 0; g < min(a.depth, a.num_groups); ++g) request(g);\n      STAMP(1);\n"),
+    ("  if (threadIdx.x == 0) {\n    for (int g = 0; g < a.t.num_groups; ++g) spread_bar_init",
+     "  if (threadIdx.x == 0) STAMP(0);\n  if (threadIdx.x == 0) {\n    for (int g = 0; g < a.t.num_groups; ++g) spread_bar_init"),
+    ("      for (int g = 0; g < min(a.depth, a.t.num_groups); ++g) request(g);\n",
+     "      for (int g = 0; g < min(a.depth, a.t.num_groups); ++g) request(g);\n      STAMP(1);\n"),
     ("      spread_wait(&landed[g]);\n      if (lane == 0 && g + a.depth",
      "      spread_wait(&landed[g]);\n      if (lane == 0 && g < 8) STAMP(2 + g);\n      if (lane == 0 && g + a.depth"),
     ("      if (lane == 0) spread_publish(a, g, ctas, rank, mine);\n",
