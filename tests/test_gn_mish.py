@@ -458,6 +458,10 @@ static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& de
              pl.slice_vecs <= int64_t(pl.threads) * pl.items && pl.stage <= pl.threads &&
              pl.smem_bytes >= 4 * pl.stage * 4 && pl.grid % k == 0 && pl.grid / k <= resident_clusters &&
              pl.grid / k >= 1 && pl.grid <= groups * k, "%s: persistent plan", what);
+      // its own static bound: the padding to t1_ctas_per_sm CTAs must leave room for them, static part included
+      EXPECT(pl.smem_bytes + kPersistentStaticSmem <= dev.smem_optin && (lim.t1_ctas_per_sm == 0 ||
+             int64_t(pl.smem_bytes + kPersistentStaticSmem + dev.smem_reserved) * lim.t1_ctas_per_sm <=
+             dev.smem_per_sm), "%s: persistent smem %d", what, pl.smem_bytes);
     } else if (!t2) {
       EXPECT(pl.grid == groups * k, "%s: grid", what);
     }

@@ -91,6 +91,7 @@ TIER1_CONFIGS: dict[str, dict[str, int]] = {
     "default,2cta/sm": {"t1_ctas_per_sm": 2},
     "persist": {"t1_persistent": 1},
     "persist,t1=512": {"t1_persistent": 1, "t1_threads": 512},
+    "persist,2cta/sm": {"t1_persistent": 1, "t1_ctas_per_sm": 2},  # padded past the 48 KB default
     "nostash": {"t1_stash": -1},
     "regs": {"t1_smem": -1},
     "smem": {"t1_smem": 1},

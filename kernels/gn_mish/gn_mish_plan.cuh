@@ -139,11 +139,12 @@ inline int64_t slice_channels(const Problem& p, int64_t slice_vecs, int vec) {
   return std::min(p.channels / p.groups, (slice_vecs * vec - 1) / p.length + 2);
 }
 
-// Dynamic shared memory: the staged affine, or more when t1_ctas_per_sm caps the CTAs per SM.
-inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes) {
+// Dynamic shared memory: the staged affine, or more when t1_ctas_per_sm caps the CTAs per SM (static_bound: the
+// kernel's static shared memory bound, which each CTA also takes).
+inline int tier1_smem(const Limits& lim, const DeviceInfo& dev, int staged_bytes, int static_bound = kStaticSmemBound) {
   if (lim.t1_ctas_per_sm > 0 && dev.smem_per_sm > 0) {  // pad so that a further CTA does not fit on the SM
     const int pad = std::min(dev.smem_per_sm / lim.t1_ctas_per_sm - dev.smem_reserved, dev.smem_optin) -
-                    kStaticSmemBound;
+                    static_bound;
     return std::max(staged_bytes, pad);
   }
   return staged_bytes;
@@ -200,7 +201,7 @@ bool plan_persistent(const Problem& p, const Limits& lim, const DeviceInfo& dev,
   const int64_t slice = ceil_div(nv, k);
   const int64_t span = slice_channels(p, slice, vec);
   const int stage = span <= std::min(kStageMaxChannels, threads) ? int(span) : 0;  // one channel per thread
-  const int smem = tier1_smem(lim, dev, 2 * stage * 2 * int(sizeof(float)));  // two groups' worth
+  const int smem = tier1_smem(lim, dev, 2 * stage * 2 * int(sizeof(float)), kPersistentStaticSmem);  // two groups'
   if (smem + kPersistentStaticSmem > dev.smem_optin) return false;  // t1_ctas_per_sm = 1 pads for the others
   const int resident = clusters(threads, k, smem);
   if (resident < 1) return false;
