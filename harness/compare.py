@@ -112,6 +112,8 @@ def host_bound(row: pd.Series, mode: str) -> bool:
     """Whether a row's time is mostly the host's: its calls wait for the device (a host sync inside the call),
     so no spin can queue them ahead (`uncovered`); for runs made before that check, a hot row whose host cost
     per call is close to its median (hot mode then timed an eager loop)."""
+    if mode == "graph":
+        return False  # a replay never waits for the host; its `uncovered` only says the spin was short
     unc = row.get("uncovered")
     if pd.notna(unc):
         return bool(unc >= UNCOVERED)

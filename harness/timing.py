@@ -10,8 +10,10 @@ of one call is measured separately (`host_s`), so a row does not move with the h
   hot    M back-to-back calls between one event pair, divided by M (M sized so a sample lasts ~hot_target_s),
          queued behind the same kind of spin: device time per call with a warm L2, the GPU-side gaps between
          launches included. An eager loop costs max(host_s, hot) per call.
-  graph  K calls captured in one CUDA graph and replayed; sample = replay time / K: device time with
-         launch overhead removed.
+  graph  K calls captured in one CUDA graph and replayed behind the same kind of spin; sample = replay time / K:
+         device time with launch overhead removed. Without the spin the event pair also timed the host's
+         submission of the replay (the stream is idle until it lands): an H100 run timed a 1.9 us kernel at
+         5.8 us, its K sized at 6 from a pilot replay equally delayed by the host.
 Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
 spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
 the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
@@ -30,7 +32,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -41,7 +43,8 @@ from .stats import Stats, summarize
 from .timing_aids import flush_buffer, host_probe_s, sm_hz
 
 MODES = ("cold", "hot", "graph")
-COVERED = ("cold", "hot")  # modes whose calls are queued behind a spin
+COVERED = ("cold", "hot", "graph")  # modes whose calls are queued behind a spin
+PROBED = ("cold", "hot")  # modes whose calls can be host-bound (a graph replay never waits for the device)
 
 
 @dataclass
@@ -73,7 +76,7 @@ class Measurement:
     stopped: str = ""
     clocks: dict[str, Any] = field(default_factory=dict)
     throttled: bool = False
-    uncovered: float | None = None  # cold/hot on a GPU: fraction of kept samples the spin did not cover
+    uncovered: float | None = None  # on a GPU: fraction of kept samples the spin did not cover
     host_probe_s: float | None = None  # cold/hot on a GPU: median of the host probe timed between batches
 
 
@@ -196,7 +199,7 @@ class Timer:
                 if covered:
                     b_late.append(waits or e0.query())
             pairs[-1][1].synchronize()
-            if covered:  # only cold/hot rows can be host-bound and judged per host op
+            if mode in PROBED:  # only cold/hot rows can be host-bound and judged per host op
                 probe.append(host_probe_s(self.device))
             if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
                 if all(b_late) and grow < self.cfg.cover_grow:
@@ -239,18 +242,13 @@ class Timer:
 
     def _capture(self, fn: Callable[[], Any]) -> tuple[Callable[[], Any], int]:
         """K back-to-back calls of `fn` in one CUDA graph, K sized from a 4-call graph's replay time (device
-        time, whatever the host costs) so that a replay lasts ~graph_target_s."""
+        time, whatever the host costs: a few covered samples of the same loop) so that a replay lasts
+        ~graph_target_s."""
         pilot = self._graph(fn, 4)
-        times = []
-        for _ in range(3):
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            pilot.replay()
-            e1.record()
-            e1.synchronize()
-            times.append(e0.elapsed_time(e1) / 1e3 / 4)
+        quick = replace(self.cfg, min_samples=3, budget_s=0.0, warmup_s=0.0)
+        per_call = Timer(self.device, quick)._measure_cuda(pilot.replay, "graph", 4).stats.min
         del pilot
-        k = self._calls_per_sample(fn, self.cfg.graph_target_s, self.cfg.graph_max_calls, min(times))
+        k = self._calls_per_sample(fn, self.cfg.graph_target_s, self.cfg.graph_max_calls, per_call)
         return self._graph(fn, k).replay, k
 
     def _cover_cycles(self, fn: Callable[[], Any]) -> int:

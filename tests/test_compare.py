@@ -149,3 +149,11 @@ def test_rows_timed_in_neither_run_are_left_out(tmp_path, capsys):
         "toy.g graph: unavailable: variant is not graph-capturable"]
     assert cli.main(["compare", ra.run_id, rb.run_id, "--results-dir", str(tmp_path)]) == 0
     assert "1 rows timed in neither run" in capsys.readouterr().err
+
+
+def test_graph_rows_are_never_host_bound():
+    """A graph replay never waits for the host: whatever its `uncovered` says, it is judged on device time."""
+    import pandas as pd
+
+    hot = pd.Series({"uncovered": 1.0, "host_us": 5.0, "median_us": 5.0})
+    assert compare.host_bound(hot, "hot") and not compare.host_bound(hot, "graph")
