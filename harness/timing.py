@@ -43,7 +43,6 @@ from .stats import Stats, summarize
 from .timing_aids import flush_buffer, host_probe_s, sm_hz
 
 MODES = ("cold", "hot", "graph")
-COVERED = ("cold", "hot", "graph")  # modes whose calls are queued behind a spin
 PROBED = ("cold", "hot")  # modes whose calls can be host-bound (a graph replay never waits for the device)
 
 
@@ -168,9 +167,8 @@ class Timer:
 
     def _measure_cuda(self, fn: Callable[[], Any], mode: str, k: int) -> Measurement:
         self._warmup(fn)
-        covered = mode in COVERED
-        cover = self._cover_cycles(fn) if covered else 0
-        grow = self.cfg.cover_grow if covered else 0
+        cover = self._cover_cycles(fn)  # every mode queues its calls behind a spin
+        grow = self.cfg.cover_grow
         waits = False  # set when the call turns out to synchronise with the device
         nvml, trace = nvml_for(self.device), ClockTrace()
         nvml.sample(trace)
@@ -189,15 +187,14 @@ class Timer:
                     self._flush()
                 if waits:
                     self._sync()  # the call will wait for the device anyway: let it find the flush done
-                elif covered:
+                else:
                     torch.cuda._sleep(cover)
                 e0.record()
                 h0 = time.perf_counter()
                 fn()
                 b_host.append((time.perf_counter() - h0) / k)
                 e1.record()
-                if covered:
-                    b_late.append(waits or e0.query())
+                b_late.append(waits or e0.query())
             pairs[-1][1].synchronize()
             if mode in PROBED:  # only cold/hot rows can be host-bound and judged per host op
                 probe.append(host_probe_s(self.device))
@@ -218,7 +215,7 @@ class Timer:
         return Measurement(mode, "cuda_event", samples, summarize(samples),
                            host_s=None if mode == "graph" else summarize(host).median, calls_per_sample=k,
                            stopped=stopped, clocks=trace.summary(), throttled=trace.throttled,
-                           uncovered=sum(late) / len(late) if covered else None,
+                           uncovered=sum(late) / len(late),
                            host_probe_s=summarize(probe).median if probe else None)
 
     def _graph(self, fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import random
 
+import pandas as pd
+
 from dpk import cli, compare, results
 
 from .test_results import fingerprint, row
@@ -153,7 +155,5 @@ def test_rows_timed_in_neither_run_are_left_out(tmp_path, capsys):
 
 def test_graph_rows_are_never_host_bound():
     """A graph replay never waits for the host: whatever its `uncovered` says, it is judged on device time."""
-    import pandas as pd
-
     hot = pd.Series({"uncovered": 1.0, "host_us": 5.0, "median_us": 5.0})
     assert compare.host_bound(hot, "hot") and not compare.host_bound(hot, "graph")

@@ -347,7 +347,7 @@ struct ResidentOp {  // of the kernel that LaunchOp launches
   static cudaError_t run(const Problem& p, const Plan& plan, int* ctas) {
     if (plan.tier == 3) {
       const void* kernel = spread_kernel<T, VEC>(p.length % VEC == 0);
-      *ctas = kernel == nullptr ? 0 : memo(kernel, plan.threads, 1, plan.smem_bytes, resident);
+      *ctas = kernel == nullptr ? 0 : resident_memo(kernel, plan.threads, 1, plan.smem_bytes);
       return cudaSuccess;
     }
     *ctas = plan.tier == 0   ? resident(tier0_kernel<T, VEC>(plan.items), plan.threads, 1, 0)
