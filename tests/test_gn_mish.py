@@ -689,8 +689,9 @@ H200_DEFAULTS = {
     "b8_c512_l1024_g8": ("k<=2,t1=1024", 14.85, 14.85, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0)),
     "b8_c1024_l1024_g8": ("k<=2,t1=1024", 25.86, 25.86, "k<=2,t1=1024", (1, 1024, 0, 1, 2, 8, 2, 128, 0, 0)),
     "b8_c2048_l1024_g8": ("default", 41.50, 41.50, "default", (1, 1024, 0, 1, 2, 8, 4, 128, 14, 0)),  # stash
-    # tier 3 (gn_mish_ab_spread.py on an H100, cold, against tier 2's 12.43 us): every CTA a piece of every group
-    "b1_c2048_l1024_g8": ("t3", 11.78, 11.78, "t3", (3, 1024, 0, 1, 1, 6, 1, 132, 0, 0)),
+    # tier 3 (gn_mish_ab_spread.py on an H100, cold, against tier 2's 12.43 us): every CTA a piece of every group;
+    # since then on 128 CTAs, not 132 (gn_mish_ab_overlay.py, H100s: 0.994-1.000 of 132 here)
+    "b1_c2048_l1024_g8": ("t3", 11.78, 11.78, "t3", (3, 1024, 0, 1, 1, 6, 1, 128, 0, 0)),
 }
 
 
@@ -765,10 +766,12 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((66, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 528, 0, 0),    # 528 CTAs: one wave, registers
         ((67, 256, 256, 8), 4): (1, 256, 0, 1, 1, 8, 1, 536, 0, 1),    # 536: more than one wave
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0),    # 64 groups: 2 x 1024 on 128 SMs
-        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 8, 1, 64, 0, 0),      # few, < 64K vectors: tier 1, 4 x 256 holds
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # it, split to K = 8; 16 x 256 > K <= 8: 8 x 512
-        ((1, 2048, 1024, 8), 4): (3, 1024, 0, 1, 1, 6, 1, 132, 0, 0),  # 64K vectors, 8 groups <= SMs / 16, 8 MB on
-        # chip: tier 3, 132 CTAs of 1024 threads (8 group warps, 24 store warps: 3 per group, 6 vectors each)
+        ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 4, 1, 64, 0, 0),      # few, < 64K vectors: tier 1 in half chunks,
+        ((1, 512, 1024, 8), 4): (1, 512, 0, 1, 8, 4, 1, 64, 0, 0),      # 8 x 256 / 8 x 512 hold it; 8 x 1024 would be
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # needed: full chunks, 16 x 256 > K <= 8: 8 x 512
+        ((8, 256, 1024, 8), 4): (1, 512, 0, 1, 2, 8, 1, 128, 0, 0),     # 64 groups, K <= 2: full chunks
+        ((1, 2048, 1024, 8), 4): (3, 1024, 0, 1, 1, 6, 1, 128, 0, 0),  # 64K vectors, 8 groups <= SMs / 16, 8 MB on
+        # chip: tier 3, 128 CTAs of 1024 threads (8 group warps, 24 store warps: 3 per group, 6 vectors each)
         ((1, 2048, 1024, 8), 8): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # bf16: 32K vectors, tier 1
         ((8, 2048, 4096, 8), 4): (2, 1024, 0, 1, 8, 8, 4, 128, 14, 0),  # fp32, tier 1 would re-read 251 MB: tier 2,
         # S = 8: 10 of 32 vectors per thread re-read (21 MB in flight <= L2 / 2), 16 groups in flight
@@ -785,7 +788,7 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((3, 1024, 4096, 8), 4): (1, 1024, 0, 1, 4, 8, 4, 96, 14, 0),   # fp32, 96 CTAs fit: tier 1
         ((1, 2048, 4096, 8), 4): (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0),  # 32 MB not on chip: tier 2, 16 x 1024,
         # registers + 8 stash slots
-        ((1, 2048, 4096, 8), 8): (3, 1024, 0, 1, 1, 11, 1, 132, 0, 0),  # bf16, 16 MB on chip: tier 3
+        ((1, 2048, 4096, 8), 8): (3, 1024, 0, 1, 1, 11, 1, 128, 0, 0),  # bf16, 16 MB on chip: tier 3
         ((16, 1024, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 2, 1024, 0, 0),  # 128 groups: many, streaming 8 x 512
         ((64, 2048, 2048, 8), 4): (1, 512, 0, 1, 8, 8, 4, 4096, 14, 0),  # beyond 8 x 512 x 2 chunks: K = 8, 4 chunks;
         # 264 CTAs in flight re-read 52 MB > L2 / 2 and keep 30 MB of it in shared memory: stash 14 of 24 (not timed)
@@ -796,6 +799,9 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
     plans = plan_printer([(shape, vec, default) for shape, vec in cases])
     for (key, expected), plan in zip(cases.items(), plans):
         assert plan == expected, (key, plan)
+    # an explicit t1_items keeps its chunks: 8 vectors per thread asked, 4 of them used
+    full = _fused_module().Tuning(t1_items=8).as_list()
+    assert plan_printer([((1, 256, 1024, 8), 4, full)]) == [(1, 256, 0, 1, 8, 8, 1, 64, 0, 0)]
 
 
 def test_tier2_rounds_balanced_over_the_slots(registry, plan_printer):
@@ -831,9 +837,9 @@ def test_tier3_default_rule(registry, plan_printer):
     tuning = _fused_module().Tuning
     cases = [  # (shape, vec, knobs) -> (tier, threads, group threads, groups per CTA, cluster, items, chunks, grid,
         # stash, smem_slice)
-        (((1, 2048, 1024, 8), 4, {}), (3, 1024, 0, 1, 1, 6, 1, 132, 0, 0)),
-        (((1, 512, 4096, 8), 4, {}), (3, 1024, 0, 1, 1, 6, 1, 132, 0, 0)),
-        (((1, 2048, 4096, 8), 8, {}), (3, 1024, 0, 1, 1, 11, 1, 132, 0, 0)),
+        (((1, 2048, 1024, 8), 4, {}), (3, 1024, 0, 1, 1, 6, 1, 128, 0, 0)),  # 128 CTAs: a power of two <= SMs
+        (((1, 512, 4096, 8), 4, {}), (3, 1024, 0, 1, 1, 6, 1, 128, 0, 0)),
+        (((1, 2048, 4096, 8), 8, {}), (3, 1024, 0, 1, 1, 11, 1, 128, 0, 0)),
         (((1, 1024, 1024, 8), 4, {}), (1, 512, 0, 1, 8, 8, 1, 64, 0, 0)),     # 32K vectors: tier 1
         (((2, 2048, 1024, 8), 4, {}), (2, 1024, 0, 1, 8, 8, 1, 128, 0, 0)),   # 16 groups: tier 2
         (((1, 2048, 4096, 8), 4, {}), (2, 1024, 0, 1, 16, 8, 2, 128, 8, 0)),  # 32 MB: tier 2
@@ -841,9 +847,10 @@ def test_tier3_default_rule(registry, plan_printer):
         (((1, 2048, 1024, 8), 4, {"t2": 1}), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),
         (((1, 2048, 1024, 8), 4, {"t3": -1}), (2, 512, 0, 1, 16, 8, 1, 128, 0, 0)),
         (((1, 2048, 1024, 8), 4, {"t2": -1}), (1, 1024, 0, 1, 8, 8, 1, 64, 0, 0)),
-        (((1, 1024, 1024, 8), 4, {"t3": 1}), (3, 1024, 0, 1, 1, 3, 1, 132, 0, 0)),
+        (((1, 1024, 1024, 8), 4, {"t3": 1}), (3, 1024, 0, 1, 1, 3, 1, 128, 0, 0)),
+        (((1, 1024, 1024, 8), 4, {"t3": 1, "t3_ctas": 132}), (3, 1024, 0, 1, 1, 3, 1, 132, 0, 0)),  # one per SM
         (((4, 512, 1024, 8), 4, {"t3": 1, "t3_ctas": 64, "t3_reducers": 4}), (3, 1024, 0, 1, 1, 8, 1, 64, 0, 0)),
-        (((1, 2048, 1024, 8), 4, {"t3": 1, "t1_threads": 512}), (3, 512, 0, 1, 1, 16, 1, 132, 0, 0)),
+        (((1, 2048, 1024, 8), 4, {"t3": 1, "t1_threads": 512}), (3, 512, 0, 1, 1, 16, 1, 128, 0, 0)),
         (((5, 2048, 1024, 8), 4, {"t3": 1}), (1, 1024, 0, 1, 2, 8, 4, 80, 0, 0)),  # 40 groups > 32: not tier 3
     ]
     plans = plan_printer([(shape, vec, tuning(**knobs).as_list()) for (shape, vec, knobs), _ in cases])

@@ -52,9 +52,9 @@ class Tuning:
     the CTAs per group and twice the vectors each, -1 = never, 0 = the rule.
     t3: 1 = tier 3 wherever it fits (sm_90, 16-byte vectors, <= 32 groups, x in the chip's shared memory: every CTA of
     a resident grid holds a piece of every group and the groups are pipelined through the chip), -1 = never, 0 = the
-    rule; t3_ctas: its CTAs (0: one per SM, at most 256); t3_reducers: its group warps (reduce, publish, collect), 1..16
-    (0: one per group, up to 8; the rest store; t1_threads sets the CTA size); t3_depth: groups requested ahead per CTA
-    (0: 4).
+    rule; t3_ctas: its CTAs (0: the largest power of two <= SMs; at most one per SM and 256); t3_reducers: its group
+    warps (reduce, publish, collect), 1..16 (0: one per group, up to 8; the rest store; t1_threads sets the CTA size);
+    t3_depth: groups requested ahead per CTA (0: 4).
     """
 
     max_threads: int = 1024

@@ -45,7 +45,7 @@ struct Limits {
                               // the vectors each; -1 = never; 0 = the measured rule
   int t3 = 0;                 // tier 3 (every group spread over the whole resident grid, x on chip, the groups
                               // pipelined: gn_mish_spread.cuh): 1 = wherever it fits, -1 = never, 0 = the rule
-  int t3_ctas = 0;            // tier 3 CTAs (one per SM); 0: every SM
+  int t3_ctas = 0;            // tier 3 CTAs (<= one per SM); 0: the largest power of two <= SMs
   int t3_reducers = 0;        // tier 3 group warps (reduce, publish, collect; the rest store), 1..16; 0: the default
   int t3_depth = 0;           // tier 3 groups requested ahead per CTA (g + depth once g has landed); 0: 4
 };

@@ -104,25 +104,43 @@ void pick_tier1_explicit(const Limits& lim, const DeviceInfo& dev, int64_t nv, i
 }
 
 // Default, few groups (2 * groups <= SMs; measured at B = 1 and 8, 8 and 64 groups): clusters of <= 8 CTAs, at
-// most one CTA per SM (groups * K <= SMs), the smallest of 256/512/1024-thread CTAs whose cluster holds the group,
-// else streaming through 1024-thread CTAs; then split (down to 2 vectors per thread) up to that cap. H200:
+// most one CTA per SM (groups * K <= SMs); half register chunks (4 vectors per thread) in the smaller of 256/512-thread
+// CTAs whose cluster holds the group, else full chunks in the smallest of 256/512/1024-thread CTAs whose cluster holds
+// it, else streaming through 1024-thread CTAs; then split (down to 2 vectors per thread) up to that cap. Half chunks
+// (H100s, cold, same process: results/nvidia-h100-80gb-hbm3/tune/gn_mish-b1-*-20261125.txt): fp32 b1_c256_l1024
+// 8 x 256 with 4 vectors per thread in the half-chunk kernel instead of 4 of the full kernel's 8, 0.962-0.975;
+// b1_c512_l1024 8 x 512 instead of 8 x 256 full, 0.951-0.973; bf16 b1_c1024_l1024 8 x 512, 0.949-0.955; where
+// 1024-thread CTAs would be needed, full chunks stay (fp32 b1_c1024_l1024 8 x 1024 half 1.010-1.079 of 8 x 512 full;
+// b8_c256_l1024 2 x 1024 half 1.041-1.076 of 2 x 512 full). H200:
 // b1_c2048_l1024 8 x 1024 (14.5 us, 16 x 512 17.3); B = 8 (64 groups) 2-CTA clusters on 128 SMs: b8_c256_l1024
 // 2 x 512 (11.0 us; 1 x 1024 11.7), b8_c512_l1024 2 x 1024 (14.9; 1 x 1024 streaming 2 chunks 18.3),
 // b8_c2048_l1024 2 x 1024 streaming 4 chunks (48.4 us; 1 x 1024 streaming 8 55.3, 8 x 256 57.1, 16 x 128 56.5),
 // b8_c2048_l4096 2 x 1024 streaming 16 chunks (194 us; the earlier rule's 4 x 1024 streaming 8 on two waves of
 // 256 CTAs, which raised K to keep <= 8 chunks per CTA: 220 us; bf16 105-109 vs 155 us).
-inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap,
-                           Plan* out) {
+inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, int max_k, int thread_cap, int vec,
+                           bool free_items, Plan* out) {
   const int big = std::min(kMaxThreads, thread_cap);
   const int cap = std::min({max_k, kFewCtaMaxCluster, pow2_floor(dev.sms / groups)});
   out->threads = 0;
+  if (free_items) {  // half chunks first, in CTAs of <= 512 threads
+    for (int threads : {256, 512}) {
+      threads = std::min(threads, thread_cap);
+      const int k = pow2_ceil(ceil_div(nv, int64_t(threads) * tier1_items_half(vec)));
+      if (k <= cap) {
+        out->items = tier1_items_half(vec);
+        out->threads = threads;
+        out->cluster = k;
+        break;
+      }
+    }
+  }
   for (int threads : {256, 512, 1024}) {
+    if (out->threads) break;
     threads = std::min(threads, thread_cap);
     const int k = pow2_ceil(ceil_div(nv, int64_t(threads) * out->items));
     if (k <= cap) {
       out->threads = threads;
       out->cluster = k;
-      break;
     }
   }
   if (out->threads == 0) {
@@ -174,7 +192,7 @@ void plan_tier1(const Problem& p, const Limits& lim, const DeviceInfo& dev, int 
   if (lim.t1_threads > 0) {
     pick_tier1_explicit(lim, dev, nv, groups, max_k, thread_cap, usable, out);
   } else if (2 * groups <= dev.sms) {
-    pick_tier1_few(dev, nv, groups, max_k, thread_cap, out);
+    pick_tier1_few(dev, nv, groups, max_k, thread_cap, vec, lim.t1_items == 0, out);
   } else {
     pick_tier1_many(dev, nv, groups, max_k, thread_cap, out);
   }

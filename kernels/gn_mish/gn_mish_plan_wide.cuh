@@ -171,11 +171,13 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
   *pl = q;
 }
 
-// Tier 3 (gn_mish_spread.cuh): a resident grid of P CTAs (t3_ctas, else one per SM), CTA r holding vectors
-// [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8 vectors), the
-// groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps (else one per
-// group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested ahead per CTA
-// (H100, cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982,
+// Tier 3 (gn_mish_spread.cuh): a resident grid of P CTAs (t3_ctas, else the largest power of two <= SMs: on H100s
+// 128 CTAs on 132 SMs measured 0.976-0.987 of one per SM for bf16 b1_c2048_l4096, 0.980 fp16, 0.985-0.994 fp32
+// b1_c512_l4096, 0.994-1.000 b1_c2048_l1024: results/nvidia-h100-80gb-hbm3/tune/gn_mish-b1-*-20261125.txt), CTA r
+// holding vectors [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8
+// vectors), the groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps
+// (else one per group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested
+// ahead per CTA (H100, cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982,
 // b1_c512_l4096 0.969; depth 2 lost 2-3 % on fp32: results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt).
 // Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and every piece of every group in one CTA's shared
 // memory, after them the gamma/beta of the channels a piece spans in every group (`stage`, when <= 16 KB; else read
@@ -184,7 +186,7 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
 inline bool plan_spread(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, int64_t nv,
                         int64_t groups, int thread_cap, Plan* out) {
   if (lim.t3 < 0 || vec == 1 || dev.major < 9 || groups > kSpreadMaxGroups || dev.sms < 1) return false;
-  const int ctas = std::min({lim.t3_ctas > 0 ? lim.t3_ctas : dev.sms, dev.sms, kSpreadMaxCtas});
+  const int ctas = std::min({lim.t3_ctas > 0 ? lim.t3_ctas : pow2_floor(dev.sms), dev.sms, kSpreadMaxCtas});
   const int threads = lim.t1_threads > 0 ? std::min(lim.t1_threads, thread_cap) : std::min(kMaxThreads, thread_cap);
   const int reducers = lim.t3_reducers > 0 ? lim.t3_reducers
                                             : int(std::min<int64_t>({kSpreadReducers, groups, threads / kWarp / 2}));
