@@ -768,7 +768,7 @@ def test_default_plan_rule_beyond_the_tuned_shapes(registry, plan_printer):
         ((8, 512, 1024, 8), 4): (1, 1024, 0, 1, 2, 8, 1, 128, 0, 0),    # 64 groups: 2 x 1024 on 128 SMs
         ((1, 256, 1024, 8), 4): (1, 256, 0, 1, 8, 4, 1, 64, 0, 0),      # few, < 64K vectors: tier 1 in half chunks,
         ((1, 512, 1024, 8), 4): (1, 512, 0, 1, 8, 4, 1, 64, 0, 0),      # 8 x 256 / 8 x 512 hold it; 8 x 1024 would be
-        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # needed: full chunks, 16 x 256 > K <= 8: 8 x 512
+        ((1, 1024, 1024, 8), 4): (1, 512, 0, 1, 8, 8, 1, 64, 0, 0),     # needed: full chunks, 16 x 256 > K: 8 x 512
         ((8, 256, 1024, 8), 4): (1, 512, 0, 1, 2, 8, 1, 128, 0, 0),     # 64 groups, K <= 2: full chunks
         ((1, 2048, 1024, 8), 4): (3, 1024, 0, 1, 1, 6, 1, 128, 0, 0),  # 64K vectors, 8 groups <= SMs / 16, 8 MB on
         # chip: tier 3, 128 CTAs of 1024 threads (8 group warps, 24 store warps: 3 per group, 6 vectors each)
