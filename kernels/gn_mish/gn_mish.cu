@@ -19,8 +19,9 @@
 // Tier 2 (gn_mish_grid.cuh): up to 32 CTAs per group, no cluster, partial statistics through global memory; the
 //   grid is resident (cooperative launch) and loops over groups; slices live in registers plus a shared-memory stash.
 // Tier 3 (gn_mish_spread.cuh): few groups whose x fits in the chip's shared memory: every CTA of a resident grid
-//   (one per SM) holds a piece of every group, loaded by bulk copies, and the groups are pipelined through the chip
-//   (reduce, exchange through global memory, store), so the stores of one group overlap the loads of the next.
+//   (at most one per SM) holds a piece of every group, loaded by bulk copies, and the groups are pipelined through
+//   the chip (reduce, exchange through global memory, store), so the stores of one group overlap the loads of the
+//   next.
 //
 // This file: device queries, the plan (gn_mish_plan.cuh) and the launch. Knobs (Limits) select the tier-0 CTA
 // shape, the tier-1 CTA size, items per thread, cluster cap, residency, persistence, stash and shared-memory slice,

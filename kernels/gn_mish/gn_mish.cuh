@@ -54,7 +54,7 @@ struct Limits {
 struct Plan {
   int tier = 0;            // 0: one CTA slice per group (whole group in registers); 1: a cluster of CTAs per group;
                            // 2: `cluster` CTAs per group (no hardware cluster) meeting through global memory;
-                           // 3: every CTA (grid, one per SM) holds a piece of slice_vecs vectors of every group
+                           // 3: every CTA (grid, <= one per SM) holds a piece of slice_vecs vectors of every group
   int vec = 1;             // elements per load: 16 bytes / element size, or 1 (unaligned or n % vec != 0)
   int threads = 0;         // CTA size
   int group_threads = 0;   // tier 0: threads per group (a power of two >= 32)

@@ -4,6 +4,8 @@
 // shared memory in gn_mish_plan_wide.cuh.
 #pragma once
 
+#include <initializer_list>
+
 #include "gn_mish_plan_base.cuh"
 #include "gn_mish_plan_wide.cuh"
 
@@ -121,29 +123,21 @@ inline void pick_tier1_few(const DeviceInfo& dev, int64_t nv, int64_t groups, in
                            bool free_items, Plan* out) {
   const int big = std::min(kMaxThreads, thread_cap);
   const int cap = std::min({max_k, kFewCtaMaxCluster, pow2_floor(dev.sms / groups)});
-  out->threads = 0;
-  if (free_items) {  // half chunks first, in CTAs of <= 512 threads
-    for (int threads : {256, 512}) {
+  // The first CTA size in `sizes` whose cluster of <= cap CTAs holds the group in chunks of `items` vectors.
+  auto fit = [&](int items, std::initializer_list<int> sizes) {
+    for (int threads : sizes) {
       threads = std::min(threads, thread_cap);
-      const int k = pow2_ceil(ceil_div(nv, int64_t(threads) * tier1_items_half(vec)));
+      const int k = pow2_ceil(ceil_div(nv, int64_t(threads) * items));
       if (k <= cap) {
-        out->items = tier1_items_half(vec);
+        out->items = items;
         out->threads = threads;
         out->cluster = k;
-        break;
+        return true;
       }
     }
-  }
-  for (int threads : {256, 512, 1024}) {
-    if (out->threads) break;
-    threads = std::min(threads, thread_cap);
-    const int k = pow2_ceil(ceil_div(nv, int64_t(threads) * out->items));
-    if (k <= cap) {
-      out->threads = threads;
-      out->cluster = k;
-    }
-  }
-  if (out->threads == 0) {
+    return false;
+  };
+  if (!(free_items && fit(tier1_items_half(vec), {256, 512})) && !fit(out->items, {256, 512, 1024})) {
     out->threads = big;
     out->cluster = cap;
   }

@@ -177,8 +177,9 @@ inline void plan_smem_slice(const Problem& p, const Limits& lim, const DeviceInf
 // holding vectors [r * piece, (r + 1) * piece) of every group in shared memory (piece: ceil(nv / P) rounded up to 8
 // vectors), the groups pipelined through the chip. CTAs of t1_threads (else 1024) threads: t3_reducers group warps
 // (else one per group, up to 8) reduce, publish and collect, the rest store; t3_depth (else 4) groups requested
-// ahead per CTA (H100, cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32 b1_c2048_l1024 0.982,
-// b1_c512_l4096 0.969; depth 2 lost 2-3 % on fp32: results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt).
+// ahead per CTA (H100, cold, against all 8 at once: bf16 / fp16 b1_c2048_l4096 0.948 / 0.945, fp32
+// b1_c2048_l1024 0.982, b1_c512_l4096 0.969; depth 2 lost 2-3 % on fp32:
+// results/nvidia-h100-80gb-hbm3/tune/gn_mish-spread-ab-depth-*.txt).
 // Needs sm_90 (bulk copies), 16-byte vectors, <= 32 groups and every piece of every group in one CTA's shared
 // memory, after them the gamma/beta of the channels a piece spans in every group (`stage`, when <= 16 KB; else read
 // through L1); returns false (plan unchanged) otherwise. A count per group and a departure counter (128 bytes each),

@@ -107,11 +107,10 @@ if NOATTR is not None:  # the fused kernel without MaxDynamicSharedMemorySize at
 if MODE != "ladder":
     raise SystemExit(0)
 
-# 2. tier-1 CTA shapes, B = 1 fp32
-knobs = {"default": {}, "t1=256": {"t1_threads": 256}, "t1=128": {"t1_threads": 128}, "t1=64": {"t1_threads": 64},
-         "k<=4": {"max_cluster": 4}}
-for C, L, dt in ((256, 1024, "float32"), (512, 1024, "float32"), (1024, 1024, "float32"), (1024, 1024, "bfloat16")):
-    case = dpk.make_case("gn_mish", f"b1_c{C}_l{L}", dt, B=1, C=C, L=L, G=8)
+
+def knob_ab(B: int, C: int, L: int, dt: str, knobs: dict, show_plans: bool) -> None:
+    """The fused kernel's knob sets on one shape: A/B/A medians, % of the same-size copy, parity vs fp64."""
+    case = dpk.make_case("gn_mish", f"b{B}_c{C}_l{L}", dt, B=B, C=C, L=L, G=8)
     inputs = fam.make_inputs(case, dev)
     xs, g, b, G, eps = inputs
     ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
@@ -121,21 +120,16 @@ for C, L, dt in ((256, 1024, "float32"), (512, 1024, "float32"), (1024, 1024, "f
     err = max(((ext.forward(xs, g, b, G, eps, v).double() - ref).abs() / (tol.atol + tol.rtol * ref.abs())).max().item()
               for v in kns.values())
     meds = ab({k: (lambda v=v: ext.forward(xs, g, b, G, eps, v)) for k, v in kns.items()})
-    print(line(f"{case.name} {dt}", copy, meds, {k: plan_label(xs, G, v) for k, v in kns.items()}) +
-          f" | err/tol {err:.3f}", flush=True)
+    plans = {k: plan_label(xs, G, v) for k, v in kns.items()} if show_plans else None
+    print(line(f"{case.name} {dt}", copy, meds, plans) + f" | err/tol {err:.3f}", flush=True)
+
+
+# 2. tier-1 CTA shapes, B = 1
+for C, L, dt in ((256, 1024, "float32"), (512, 1024, "float32"), (1024, 1024, "float32"), (1024, 1024, "bfloat16")):
+    knob_ab(1, C, L, dt, {"default": {}, "t1=256": {"t1_threads": 256}, "t1=128": {"t1_threads": 128},
+                          "t1=64": {"t1_threads": 64}, "k<=4": {"max_cluster": 4}}, True)
 
 # 3. tier 3's request depth, 16-bit b1_c2048_l4096
-knobs = {"default": {}, "d2": {"t3_depth": 2}, "d3": {"t3_depth": 3}, "d6": {"t3_depth": 6}, "d8": {"t3_depth": 8},
-         "r16": {"t3_reducers": 16}}
 for dt in ("bfloat16", "float16"):
-    case = dpk.make_case("gn_mish", "b1_c2048_l4096", dt, B=1, C=2048, L=4096, G=8)
-    inputs = fam.make_inputs(case, dev)
-    xs, g, b, G, eps = inputs
-    ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
-    tol = fam.tolerance(case, "float32")
-    copy = min(cold(c) for c in size_matched_copies(2 * xs.numel() * xs.element_size(), dev))
-    kns = {k: T(**v).as_list() for k, v in knobs.items()}
-    err = max(((ext.forward(xs, g, b, G, eps, v).double() - ref).abs() / (tol.atol + tol.rtol * ref.abs())).max().item()
-              for v in kns.values())
-    meds = ab({k: (lambda v=v: ext.forward(xs, g, b, G, eps, v)) for k, v in kns.items()})
-    print(line(f"{case.name} {dt}", copy, meds) + f" | err/tol {err:.3f}", flush=True)
+    knob_ab(1, 2048, 4096, dt, {"default": {}, "d2": {"t3_depth": 2}, "d3": {"t3_depth": 3}, "d6": {"t3_depth": 6},
+                                "d8": {"t3_depth": 8}, "r16": {"t3_reducers": 16}}, False)
