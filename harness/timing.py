@@ -14,6 +14,11 @@ of one call is measured separately (`host_s`), so a row does not move with the h
          device time with launch overhead removed. Without the spin the event pair also timed the host's
          submission of the replay (the stream is idle until it lands): an H100 run timed a 1.9 us kernel at
          5.8 us, its K sized at 6 from a pilot replay equally delayed by the host.
+One sample in flight: the host waits for each sample's end event before it queues the next (nvbench's cold
+loop syncs per sample too). With samples queued ahead, the next sample's flush, spin and events reached the GPU
+while the call ran; an H100 then timed a one-element add, a 1 MB copy and a 6 us kernel all ~0.65 us slower, with
+a period of four samples (one position in four ~1 us slow) and a p10-p90 range of ~1.4 us instead of ~0.3
+(results/nvidia-h100-80gb-hbm3/tune/cold-period-probe-20261125.txt).
 Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
 spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
 the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
@@ -178,11 +183,10 @@ class Timer:
         probe: list[float] = []
         deadline = time.perf_counter() + self.cfg.budget_s
         batch = 4
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         while True:
-            pairs = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                     for _ in range(batch)]
-            b_host, b_late = [], []
-            for e0, e1 in pairs:
+            b_samples, b_host, b_late = [], [], []
+            for _ in range(batch):
                 if mode == "cold":
                     self._flush()
                 if waits:
@@ -195,7 +199,8 @@ class Timer:
                 b_host.append((time.perf_counter() - h0) / k)
                 e1.record()
                 b_late.append(waits or e0.query())
-            pairs[-1][1].synchronize()
+                e1.synchronize()  # one sample at a time: see "One sample in flight" above
+                b_samples.append(e0.elapsed_time(e1) / 1e3 / k)
             if mode in PROBED:  # only cold/hot rows can be host-bound and judged per host op
                 probe.append(host_probe_s(self.device))
             if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
@@ -204,7 +209,7 @@ class Timer:
                 else:
                     cover, grow = min(2 * cover, self._cycles(self.cfg.cover_max_s)), grow - 1
                 continue
-            samples += [e0.elapsed_time(e1) / 1e3 / k for e0, e1 in pairs]
+            samples += b_samples
             host += b_host
             late += b_late
             nvml.sample(trace)

@@ -37,16 +37,14 @@ shapes = [(1, 2048, 4096, "float16"), (1, 256, 1024, "float32"), (1, 512, 1024, 
           (64, 512, 1024, "bfloat16"), (8, 2048, 4096, "bfloat16"), (64, 256, 256, "float32"),
           (8, 1024, 1024, "float32"), (1, 512, 4096, "float32")]
 KNOBSETS = {  # per shape substring: knob sets (argv[1] == "none"); the first is the base of the ratios
-    "b1_c256_l1024 float32": {"": {}, ",i4": {"t1_items": 4}},
-    "b1_c512_l1024 float32": {"": {}, ",i4": {"t1_items": 4}},
-    "b1_c1024_l1024 float32": {"": {}, ",t512i4": {"t1_threads": 512, "t1_items": 4},
-                               ",t256": {"t1_threads": 256}},
-    "b1_c1024_l1024 bfloat16": {"": {}, ",i4": {"t1_items": 4}, ",t256i4": {"t1_threads": 256, "t1_items": 4}},
-    "b1_c2048_l4096 bfloat16": {"": {}, ",c128": {"t3_ctas": 128}, ",c120": {"t3_ctas": 120},
-                                ",r4": {"t3_reducers": 4}, ",768": {"t1_threads": 768}, ",d2": {"t3_depth": 2},
-                                ",d3r4": {"t3_depth": 3, "t3_reducers": 4}},
-    "b1_c2048_l4096 float16": {"": {}, ",c128": {"t3_ctas": 128}, ",r4": {"t3_reducers": 4},
-                               ",768": {"t1_threads": 768}},
+    "b1_c256_l1024 float32": {"": {}, ",t3": {"t3": 1}, ",t128": {"t1_threads": 128}, ",smem1": {"t1_smem": 1},
+                              ",smem2": {"t1_smem": 2}},
+    "b1_c512_l1024 float32": {"": {}, ",t3": {"t3": 1}, ",t256": {"t1_threads": 256},
+                              ",t256i8": {"t1_threads": 256, "t1_items": 8}, ",t1024": {"t1_threads": 1024}},
+    "b1_c1024_l1024 float32": {"": {}, ",t3": {"t3": 1}, ",t256": {"t1_threads": 256},
+                               ",t512i4": {"t1_threads": 512, "t1_items": 4}},
+    "b1_c512_l4096 float32": {"": {}, ",t3off": {"t3": -1}, ",c64": {"t3_ctas": 64}},
+    "b1_c2048_l4096 bfloat16": {"": {}, ",t3off": {"t3": -1}, ",c64": {"t3_ctas": 64}},
 }
 only = sys.argv[2:]
 knobsets = {"": {}, ",i4": {"t1_items": 4}, ",c128": {"t3_ctas": 128}}
