@@ -29,7 +29,10 @@ host, not the kernel, and `dpk compare` judges it on host-speed-normalised sampl
 fixed host workload timed between the row's batches.
 
 Stopping: warm up for `warmup_s`, then sample in growing batches until the ~95% CI of the median is
-within `target_rel` of it (after `min_samples`), or `budget_s` runs out. CPU runs use the same loop and
+within `target_rel` of it (after `min_samples` and `min_time_s` of sampling), or `budget_s` runs out. One in
+flight, cold samples of a us kernel are so tight that precision came after 12 samples, ~2 ms: an H100 row drew a
+whole measurement ~0.6 us slow that way (fused gn_mish b1_c256_l1024 6.53 us, n 12, against 5.84-5.92 in four
+other measurements; cause unknown), so a row now samples for at least `min_time_s`. CPU runs use the same loop and
 statistics with `clock` (time.perf_counter by default; tests inject a fake clock).
 """
 from __future__ import annotations
@@ -56,6 +59,7 @@ class TimingConfig:
     target_rel: float = 0.01
     budget_s: float = 1.0
     min_samples: int = 10
+    min_time_s: float = 0.02  # precision may stop sampling only after this much wall time (nvbench: --min-time)
     max_samples: int = 20000
     warmup_s: float = 0.05
     graph_target_s: float = 2e-4  # device time one replay should take; K = this / time of one call
@@ -123,11 +127,12 @@ class Timer:
                 self._sync()
         self._sync()
 
-    def _done(self, samples: list[float], deadline: float, now: float) -> str:
+    def _done(self, samples: list[float], start: float, deadline: float, now: float) -> str:
         n = len(samples)
         if n >= self.cfg.max_samples:
             return "max_samples"
-        if n >= self.cfg.min_samples and summarize(samples).rel_spread <= self.cfg.target_rel:
+        if (n >= self.cfg.min_samples and now - start >= self.cfg.min_time_s
+                and summarize(samples).rel_spread <= self.cfg.target_rel):
             return "precision"
         if now >= deadline and n >= min(self.cfg.min_samples, 3):
             return "budget"
@@ -160,8 +165,9 @@ class Timer:
         clock = self.cfg.clock
         self._warmup(fn)
         samples: list[float] = []
-        deadline = clock() + self.cfg.budget_s
-        while not (stopped := self._done(samples, deadline, clock())):
+        start = clock()
+        deadline = start + self.cfg.budget_s
+        while not (stopped := self._done(samples, start, deadline, clock())):
             if mode == "cold":
                 self._flush()
             t0 = clock()
@@ -181,7 +187,8 @@ class Timer:
         host: list[float] = []
         late: list[bool] = []  # per kept sample: the spin had ended before the call was queued
         probe: list[float] = []
-        deadline = time.perf_counter() + self.cfg.budget_s
+        start = time.perf_counter()
+        deadline = start + self.cfg.budget_s
         batch = 4
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         while True:
@@ -213,7 +220,7 @@ class Timer:
             host += b_host
             late += b_late
             nvml.sample(trace)
-            if stopped := self._done(samples, deadline, time.perf_counter()):
+            if stopped := self._done(samples, start, deadline, time.perf_counter()):
                 break
             spent = sum(samples[-batch:]) * k
             batch = int(min(max(batch * 2, 4), 256, max(4, 0.05 / max(spent / batch, 1e-7))))

@@ -4,6 +4,7 @@ from __future__ import annotations
 import itertools
 import statistics
 import time
+from dataclasses import replace
 
 import pytest
 import torch
@@ -41,9 +42,11 @@ def test_stats_on_fake_clock_are_exact():
 
 def test_adaptive_stop_on_precision_and_budget():
     steady = FakeClock([1e-3])
-    cfg = TimingConfig(clock=steady, warmup_s=0.0, min_samples=10, budget_s=1e9)
+    cfg = TimingConfig(clock=steady, warmup_s=0.0, min_samples=10, min_time_s=0.0, budget_s=1e9)
     m = Timer(torch.device("cpu"), cfg).measure(steady.work, "hot")
     assert m.stopped == "precision" and m.stats.n == 10  # zero spread: stops at the minimum
+    m = Timer(torch.device("cpu"), replace(cfg, min_time_s=0.025)).measure(steady.work, "hot")
+    assert m.stopped == "precision" and m.stats.n == 25  # ... but samples for min_time_s first
     noisy = FakeClock([1e-3, 5e-3, 2e-3, 9e-3, 1e-4])
     cfg = TimingConfig(clock=noisy, warmup_s=0.0, min_samples=10, target_rel=1e-6, budget_s=0.2)
     m = Timer(torch.device("cpu"), cfg).measure(noisy.work, "hot")
