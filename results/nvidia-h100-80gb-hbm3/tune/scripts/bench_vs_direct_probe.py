@@ -43,5 +43,5 @@ direct = lambda: fused.fn(x, g, b, G, eps)  # noqa: E731
 wrapped = ranged(direct, "gn_mish", "fused", C256)
 for name, fn in (("direct", direct), ("nvtx", wrapped), ("direct", direct), ("nvtx", wrapped)):
     m = [timer.measure(fn, "cold") for _ in range(3)]
-    print(f"   measure {name:8} {st.median(x.stats.median * 1e6 for x in m):7.2f} n {[x.n for x in m]} "
+    print(f"   measure {name:8} {st.median(x.stats.median * 1e6 for x in m):7.2f} n {[x.stats.n for x in m]} "
           f"host {m[0].host_s * 1e6:.1f}", flush=True)
