@@ -364,39 +364,6 @@ __device__ __forceinline__ void stage_affine(const Affine<T>& af, int cg, float*
   }
 }
 
-// stage_affine in two halves, for the cluster kernel: this thread's first channel's gamma/beta are requested before
-// the slice (so they return with it), written to shared memory only after the slice's statistics (so no warp waits on
-// them before its reduction), and the rare further channels (stage > CTA size) are staged then. With the whole staging
-// loop after the slice's loads, warp 0 stalled on its gamma/beta round trip before its statistics and the CTA barrier
-// waited for it (H100 bisect, tune/gn_mish-bisect-*-20261125.txt).
-struct StageFetch {
-  float g, b;
-  bool on;
-};
-
-template <typename T>
-__device__ __forceinline__ StageFetch stage_fetch(const Affine<T>& af, int cg) {
-  const int i = int(threadIdx.x);
-  StageFetch f = {0.f, 0.f, i < af.stage && af.c_low + i < cg};
-  if (f.on) {
-    f.g = to_float(__ldg(af.gamma_g + af.c_low + i));
-    f.b = to_float(__ldg(af.beta_g + af.c_low + i));
-  }
-  return f;
-}
-
-template <typename T>
-__device__ __forceinline__ void stage_store(const StageFetch& f, const Affine<T>& af, int cg, float* staged) {
-  if (f.on) {
-    staged[threadIdx.x] = f.g;
-    staged[af.stage + threadIdx.x] = f.b;
-  }
-  for (int i = threadIdx.x + blockDim.x; i < af.stage && af.c_low + i < cg; i += blockDim.x) {
-    staged[i] = to_float(__ldg(af.gamma_g + af.c_low + i));
-    staged[af.stage + i] = to_float(__ldg(af.beta_g + af.c_low + i));
-  }
-}
-
 // kStash: a separate instantiation for plans with a stash; without it the kernel is the code before the stash
 // existed (an H200 measured the fp32 one-chunk kernel 40 % slower with the stash paths compiled in but unused,
 // b64_c512_l1024 117 vs 83 us, at the same occupancy and an equivalent load sequence).
@@ -426,15 +393,8 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   // reads it). fp32 only: an H200 A/B/A run measured fp32 streaming shapes 2-8 % faster with the hints, while the
   // 16-bit kernels (64 elements per thread, at the 64-register cap) ran 8-10 % slower even where no hint applies.
   const bool streaming = sizeof(T) == 4 && s.chunks > 1;
-  Stats acc;
-  if constexpr (sizeof(T) == 4 || ITEMS <= 4) {
-    const StageFetch gb = stage_fetch(cs.af, a.cg);
-    acc = load_slice<T, VEC, ITEMS, kStash>(raw, cs.src, s, stash, streaming, [] {});
-    stage_store(gb, cs.af, a.cg, staged);  // published by the CTA reduction's barrier
-  } else {  // 16-bit full chunks (64 elements per thread at the register cap): two more live registers spilled
-    acc = load_slice<T, VEC, ITEMS, kStash>(raw, cs.src, s, stash, streaming,
-                                            [&] { stage_affine(cs.af, a.cg, staged); });
-  }
+  const Stats acc = load_slice<T, VEC, ITEMS, kStash>(raw, cs.src, s, stash, streaming,
+                                                      [&] { stage_affine(cs.af, a.cg, staged); });
   const Stats cta = cta_reduce_publish(acc, 1, false, warp_part, nullptr);
   const Stats total = cs.cluster > 1 ? exchange(xchg, cta, cs.cluster, cs.rank) : cta;
   normalize_slice<T, VEC, ITEMS, kStash, kWhole>(raw, cs.src, cs.dst, s, stash, cs.af, total.mean,
