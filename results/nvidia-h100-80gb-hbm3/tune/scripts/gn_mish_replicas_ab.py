@@ -2,7 +2,9 @@
 one process, cold, A/B/A/B/A (medians of five, range in brackets), us. Knob sets per shape on both builds: the default,
 r2 (two clusters per group), r2p1 (r2 with at most one CTA per SM), p1 (one CTA per SM alone). Per row: parity of
 every build x knob set vs fp64 (err/tol), whether r2 is bit-identical to the default of its build, the plans with
-their resident CTAs, and the same-size copies timed alike. argv[2:]: shape filter (substrings), default all."""
+their resident CTAs, and the same-size copies timed alike. argv[2:]: shape filter (substrings), default all.
+Runs with gn_mish_replicas-experiment.patch applied (the t1_replicas knob; rejected, not in the kernel).
+"""
 import importlib
 import shutil
 import sys
