@@ -297,22 +297,10 @@ __device__ __forceinline__ Stats load_slice(Pack<T, VEC> (&raw)[ITEMS], const Pa
   const int chunk = s.stride * ITEMS;
   for (int ci = 0; ci < s.chunks; ++ci) {
     const int first = s.v_begin + ci * chunk + int(threadIdx.x);
-    const bool hinted = (evict_last && ci == s.chunks - 1) || (evict_stashed && s.stash - ci * ITEMS > 0);
-    // a whole fp32 chunk with plain loads: no branch per vector (16-bit kernels spilled with both paths)
-    if (sizeof(T) == 4 && !hinted && s.v_begin + (ci + 1) * chunk <= s.v_end) {
-#pragma unroll
-      for (int j = 0; j < ITEMS; ++j) raw[j] = src[first + j * s.stride];
-      if (ci == 0) stage_affine();
-      acc = merge(acc, two_pass_stats<VEC>([&](auto&& f) {
-#pragma unroll
-        for (int j = 0; j < ITEMS; ++j) f(raw[j]);
-      }));
-    } else {
-      load_chunk(raw, src, first, s.stride, s.v_end, evict_last && ci == s.chunks - 1,
-                 evict_stashed ? s.stash - ci * ITEMS : 0);
-      if (ci == 0) stage_affine();
-      acc = merge(acc, thread_stats(raw, first, s.stride, s.v_end));
-    }
+    load_chunk(raw, src, first, s.stride, s.v_end, evict_last && ci == s.chunks - 1,
+               evict_stashed ? s.stash - ci * ITEMS : 0);
+    if (ci == 0) stage_affine();
+    acc = merge(acc, thread_stats(raw, first, s.stride, s.v_end));
     if (kStash && ci < s.chunks - 1) {
 #pragma unroll
       for (int j = 0; j < ITEMS; ++j) {
