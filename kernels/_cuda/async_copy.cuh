@@ -1,4 +1,5 @@
-// async_copy.cuh: cp.async (sm_80+) and TMA bulk-copy / mbarrier (sm_90) helpers shared by stream.cu and tiled.cu.
+// async_copy.cuh: cp.async (sm_80+) and TMA bulk-copy / mbarrier (sm_90) helpers shared by every family
+// (kernels/_cuda/ is on the include path of every build, and in every build's source hash).
 //
 // cp.async copies global memory straight into shared memory without passing through registers, so a thread
 // can keep many loads in flight (the bytes in flight per SM are bounded by shared memory, not by the register
