@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dpk.build import nvcc_path
+from dpk.build import nvcc_path, shared_include_dir
 from dpk.cases import load_suite_file, make_case
 from dpk.registry import load
 
@@ -580,6 +580,7 @@ def test_compiled_host_logic_matches_models(tmp_path):
     (tmp_path / "main.cpp").write_text(HOST_MAIN)
     exe = tmp_path / "plans"
     build = subprocess.run([nvcc_path(), "-gencode", "arch=compute_90,code=compute_90", "-Xcicc", "-O0", f"-I{CONV}",
+                            f"-I{shared_include_dir()}",
                             str(tmp_path / "main.cpp"), *(str(CONV / f) for f in ("stream.cu", "stream_rows.cu",
                                                                                   "tiled.cu", "optimized.cu")),
                             "-o", str(exe)], capture_output=True, text=True, timeout=600)
