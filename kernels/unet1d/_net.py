@@ -114,6 +114,8 @@ def case_config(params: Mapping[str, Any]) -> UNetConfig:
 
 def get_net(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> Net:
     """The net of a case's parameters on `device` in `dtype`, cached."""
+    if device.type == "cuda" and device.index is None:  # tensors report cuda:N
+        device = torch.device("cuda", torch.cuda.current_device())
     wkey = weights_key(params)
     cfg = None if wkey[0] == "checkpoint" else UNetConfig.from_params(params)
     key = (cfg, wkey, str(device), dtype)
