@@ -61,14 +61,14 @@ def _capture(call: Call, sample: torch.Tensor, timestep: torch.Tensor, global_co
              against="eager", resident=_resident_of("cuda_graph"))
 def cuda_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
                call: Call) -> torch.Tensor:
-    """One forward captured in a torch.cuda.CUDAGraph with static buffers: copy in, replay (output: static)."""
+    """One forward captured in a torch.cuda.CUDAGraph with static buffers: copy in, replay, copy out."""
     check_inputs(sample, timestep, global_cond, obs, call, "cuda_graph")
     key = ("cuda_graph", call.form, call.num_t, tuple(sample.shape), sample.dtype)
     st = call.net.prepare(key, lambda: _capture(call, sample, timestep, global_cond, obs))
     for dst, src in zip(st["static"], (sample, timestep, global_cond, obs)):
         dst.copy_(src)
     st["graph"].replay()
-    return st["out"]
+    return st["out"].clone()  # the static output holds the previous replay's values until this one lands
 
 
 def _compiled(call: Call) -> dict:

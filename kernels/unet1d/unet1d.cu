@@ -93,23 +93,45 @@ __device__ __forceinline__ float source_value(const UnetSource& s, int b, int c,
     return s.raw[b * s.sb + c * s.sc + l * s.sl];
 }
 
-// 3. the prologue: X (cin_pad x L) from the sources, transformed in place
+constexpr int U = 8;  // loads a thread keeps in flight in the prologue's loops (each is an L2 round trip)
+
+__device__ __forceinline__ bool transformed(const UnetSource& s) {
+    return s.gamma != nullptr || s.act || s.film || s.res != nullptr;
+}
+
+// 3. the prologue: X (cin_pad x L) from the sources, transformed in place. Every global load of a loop is
+// issued before the first is used (cp.async, or U loads per thread at a time): the sources sit in L2, and a
+// loop that waits for each load in turn costs an L2 round trip per element it touches.
 __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    const ca::Policy keep{0, 0};
     int c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // raw values
         const UnetSource& s = op.src[si];
         float* xs = X + c0 * L;
         const int n = s.channels * L;
-        if (s.kind == 0 && s.sl == 1 && s.sc == L) {  // contiguous (B, C, L): a flat copy
-            const float* src = s.raw + b * s.sb;
-            for (int i = tid; i < n; i += T) xs[i] = src[i];
+        const float* src = s.raw + b * s.sb;
+        if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+            (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {  // contiguous (B, C, L): 16-byte async copies
+            for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, keep);
         } else {
-            for (int i = tid; i < n; i += T) xs[i] = source_value(s, b, i / L, i % L);
+            for (int i0 = tid; i0 < n; i0 += U * T) {
+                float v[U];
+#pragma unroll
+                for (int u = 0; u < U; ++u) {
+                    const int i = i0 + u * T;
+                    v[u] = i < n ? source_value(s, b, i / L, i % L) : 0.0f;
+                }
+#pragma unroll
+                for (int u = 0; u < U; ++u)
+                    if (i0 + u * T < n) xs[i0 + u * T] = v[u];
+            }
         }
         c0 += s.channels;
     }
+    ca::commit();
     for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
+    ca::wait_all();
     __syncthreads();
 
     c0 = 0;
@@ -135,54 +157,76 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     }
     __syncthreads();
 
-    c0 = 0;
     int k0 = 0;  // coefficient index of the source's first channel
-    for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients
+    for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients (a, b, scale, shift)
         const UnetSource& s = op.src[si];
-        const bool any = s.gamma != nullptr || s.act || s.film || s.res != nullptr;
-        if (any) {
-            const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
-            for (int c = tid; c < s.channels; c += T) {
-                float a = 1.0f, sh = 0.0f, sc = 1.0f, fh = 0.0f;
+        if (!transformed(s)) continue;
+        const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
+        const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
+        const int C = s.channels, cpg = s.gamma != nullptr ? C / s.groups : 1;
+        for (int c0u = tid; c0u < C; c0u += U * T) {
+            float4 k[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = c0u + u * T;
+                k[u] = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
+                if (c >= C) continue;
                 if (s.gamma != nullptr) {
-                    const float2 st = stats[si * UNET_MAX_GROUPS + c / (s.channels / s.groups)];
-                    a = s.gamma[c] * st.y;
-                    sh = s.beta[c] - st.x * a;
+                    k[u].x = s.gamma[c];
+                    k[u].y = s.beta[c];
                 }
                 if (s.film) {
-                    const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off;
-                    const int64_t tbase = tb * s.film_ld + s.film_off;
-                    const int hc = s.film == 1 ? c + s.channels : c;
-                    fh = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
-                    if (s.film == 1) sc = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
+                    const int hc = s.film == 1 ? c + C : c;
+                    k[u].w = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
+                    if (s.film == 1) k[u].z = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
                 }
-                coef[k0 + c] = make_float4(a, sh, sc, fh);
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int c = c0u + u * T;
+                if (c >= C) continue;
+                if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
+                    const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
+                    k[u].x *= st.y;
+                    k[u].y -= st.x * k[u].x;
+                }
+                coef[k0 + c] = k[u];
             }
         }
-        c0 += s.channels;
-        k0 += any ? s.channels : 0;
+        k0 += C;
     }
     __syncthreads();
 
     c0 = 0;
     k0 = 0;
-    for (int si = 0; si < op.nsrc; ++si) {  // the transform, in place
+    for (int si = 0; si < op.nsrc; ++si) {  // the transform, in place: v = scale mish(a x + b) + shift + res
         const UnetSource& s = op.src[si];
-        const bool any = s.gamma != nullptr || s.act || s.film || s.res != nullptr;
-        if (any) {
-            float* xs = X + c0 * L;
-            const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * s.channels * L : nullptr;
-            for (int i = tid; i < s.channels * L; i += T) {
+        if (!transformed(s)) {
+            c0 += s.channels;
+            continue;
+        }
+        float* xs = X + c0 * L;
+        const int n = s.channels * L;
+        const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * n : nullptr;
+        for (int i0 = tid; i0 < n; i0 += U * T) {
+            float r[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * T;
+                r[u] = (res != nullptr && i < n) ? res[i] : 0.0f;
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int i = i0 + u * T;
+                if (i >= n) continue;
                 const float4 k = coef[k0 + i / L];
                 float v = xs[i] * k.x + k.y;
                 if (s.act) v = mish(v);
-                v = v * k.z + k.w;
-                if (res != nullptr) v += res[i];
-                xs[i] = v;
+                xs[i] = v * k.z + k.w + r[u];
             }
         }
         c0 += s.channels;
-        k0 += any ? s.channels : 0;
+        k0 += s.channels;
     }
     __syncthreads();
     if (op.mat != nullptr) {  // this CTA's share of X, stored as (B, cin, L)
