@@ -37,12 +37,12 @@ class CSource(ctypes.Structure):
 class CSegment(ctypes.Structure):
     _fields_ = [("w", P), ("bias", P), ("out", P), ("ob", I64), ("oc", I64), ("ol", I64)] + [
         (n, I32) for n in ("rows", "k", "pad", "stride", "ostep", "ophase", "l_out", "rc", "cb", "nstages",
-                           "cta0", "ncta", "tpr")]
+                           "cta0", "ncta", "nb")]
 
 
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
-        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "lmax", "batch_grid", "ring", "coef",
+        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "mtiles", "batch_grid", "ring", "coef",
                            "smem_bytes", "grid", "pad_")]
 
 
@@ -101,7 +101,7 @@ def _source(s: Source, r: Resolver) -> CSource:
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
     return CSegment(r(s.w), r(s.bias), r(s.out), s.ob, s.oc, s.ol, s.rows, s.k, s.pad, s.stride, s.ostep,
-                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.tpr)
+                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb)
 
 
 def c_op(op: Op, r: Resolver) -> COp:
@@ -111,8 +111,8 @@ def c_op(op: Op, r: Resolver) -> COp:
     for i, s in enumerate(op.segs):
         c.seg[i] = _segment(s, r)
     c.mat = r(op.mat)
-    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.lmax = len(op.srcs), len(op.segs), op.cin, op.cin_pad, op.l_in, \
-        op.lmax
+    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.mtiles = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
+        op.l_in, op.mtiles
     c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid = op.batch_grid, op.ring, op.coef, op.smem_bytes, op.grid
     return c
 

@@ -42,7 +42,12 @@ __host__ __device__ inline Carve carve(const UnetOp& op) {
     Carve c;
     c.stats = 128;  // ring barriers: UNET_MAX_RING x 8 bytes
     c.red = c.stats + align128(UNET_MAX_SRC * UNET_MAX_GROUPS * 8);
-    c.coef = c.red + align128(kWarps * op.lmax * 4);
+    int red = 0;
+    for (int s = 0; s < op.nseg; ++s) {
+        const int r = op.seg[s].rc * op.seg[s].l_out;
+        red = r > red ? r : red;
+    }
+    c.coef = c.red + align128(kWarps * red * 4);
     c.ring = c.coef + align128(op.coef * 16);
     int stage = 0;
     for (int s = 0; s < op.nseg; ++s) {
@@ -236,40 +241,80 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     }
 }
 
-// 4.-5. one segment's stages and output, for K taps and stride S
-template <int LMAX, int K, int S>
+__device__ __forceinline__ uint32_t tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x = hi + lo, both TF32: three TF32 products (hi hi, hi lo, lo hi) carry x y to about fp32 precision (3xTF32)
+__device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
+    hi = tf32(x);
+    lo = tf32(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// 4.-5. one segment's stages and output. Transposed GEMM per tap t: D[j, r] += X[ci, j S + t - pad] W_t[r, ci]
+// with m16n8k8 TF32 tensor-core MMAs: M = output columns j (MT tiles of 16), N = 8 output rows per row block,
+// K = 8 input channels per channel block. Warp w takes channel blocks w, w + 8, ... of every stage for all nb
+// row blocks (the A fragment of X is loaded and split once per tap and block); the 8 warps' partial sums meet
+// in shared memory at the end. Weights arrive pre-arranged (pack_weight): per stage [channel block][tap]
+// [row block][lane][2], so a lane's B fragment is one 8-byte load, conflict-free.
+template <int MT, int NBMAX>
 __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X, float* ring,
                             int stage_floats, unsigned bars, float* red) {
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
-    constexpr int NX = LMAX + K - 1, LOUT = LMAX / S > 0 ? LMAX / S : 1;
-    const int tid = threadIdx.x, tpr = sg.tpr, r = tid / tpr, q = tid % tpr, L = op.l_in;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
+    const int L = op.l_in, K = sg.k, S = sg.stride, P = sg.pad, nb = sg.nb, ncb = sg.cb / 8;
     const int stage = sg.rc * sg.cb * K;  // floats
     const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
-    float acc[LOUT];
+    float acc[NBMAX][MT][4];
 #pragma unroll
-    for (int j = 0; j < LOUT; ++j) acc[j] = 0.0f;
+    for (int rb = 0; rb < NBMAX; ++rb)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[rb][mt][e] = 0.0f;
 
     for (int st = 0; st < sg.nstages; ++st) {
         const int slot = st % op.ring;
         ca::mbar_wait_parity(bars + 8u * slot, static_cast<unsigned>((st / op.ring) & 1));
-        if (r < sg.rc) {
-            const float* w = ring + slot * stage_floats + r * sg.cb * K;
-            const float* xst = X + st * sg.cb * L;
-            for (int ci = q; ci < sg.cb; ci += tpr) {
-                float xr[NX];
-                const float* xc = xst + ci * L;
+        const float* ws = ring + slot * stage_floats;
+        for (int cbk = warp; cbk < ncb; cbk += kWarps) {
+            const float* x0 = X + (st * sg.cb + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the block
+            for (int t = 0; t < K; ++t) {
+                uint32_t ahi[MT][4], alo[MT][4];
 #pragma unroll
-                for (int m = 0; m < NX; ++m) {
-                    const int l = m - sg.pad;
-                    xr[m] = (l >= 0 && l < L) ? xc[l] : 0.0f;
+                for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {  // a0: (j = g, ci = q), a1: (g + 8, q), a2: (g, q + 4), a3: (g + 8, q + 4)
+                        const int j = mt * 16 + g + (e & 1) * 8, l = j * S + t - P;
+                        const float v = (j < sg.l_out && l >= 0 && l < L) ? x0[(e >> 1) * 4 * L + l] : 0.0f;
+                        split(v, ahi[mt][e], alo[mt][e]);
+                    }
                 }
-                float wk[K];
+                const float2* wb = reinterpret_cast<const float2*>(ws + ((cbk * K + t) * nb) * 64) + lane;
 #pragma unroll
-                for (int k = 0; k < K; ++k) wk[k] = w[ci * K + k];
+                for (int rb = 0; rb < NBMAX; ++rb) {
+                    if (rb < nb) {
+                        const float2 w = wb[rb * 32];
+                        uint32_t bh0, bl0, bh1, bl1;
+                        split(w.x, bh0, bl0);
+                        split(w.y, bh1, bl1);
 #pragma unroll
-                for (int j = 0; j < LOUT; ++j) {
-#pragma unroll
-                    for (int k = 0; k < K; ++k) acc[j] = fmaf(wk[k], xr[j * S + k], acc[j]);
+                        for (int mt = 0; mt < MT; ++mt) {
+                            mma_tf32(acc[rb][mt], alo[mt], bh0, bh1);
+                            mma_tf32(acc[rb][mt], ahi[mt], bl0, bl1);
+                            mma_tf32(acc[rb][mt], ahi[mt], bh0, bh1);
+                        }
+                    }
                 }
             }
         }
@@ -283,41 +328,33 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
         }
     }
 
-    // reduce the tpr partial sums of each row
-    const int lanes = tpr < 32 ? tpr : 32;
+    // the warps' partial sums: red[warp][row][j], then one thread per (row, j) adds them up
+    const int lo = sg.l_out;
 #pragma unroll
-    for (int j = 0; j < LOUT; ++j) {
-        for (int o = lanes / 2; o; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
-    }
-    const int row0 = c * sg.rc;
-    if (tpr <= 32) {
-        const int co = row0 + r;
-        if (q == 0 && r < sg.rc && co < sg.rows) {
-            const float bias = sg.bias[co];
-            float* out = sg.out + b * sg.ob + co * sg.oc + sg.ophase * sg.ol;
+    for (int rb = 0; rb < NBMAX; ++rb) {
+        if (rb >= nb) continue;
 #pragma unroll
-            for (int j = 0; j < LOUT; ++j)
-                if (j < sg.l_out) out[j * sg.ostep * sg.ol] = acc[j] + bias;
+        for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {  // d0: (j = g, r = 2q), d1: (g, 2q + 1), d2: (g + 8, 2q), d3: (g + 8, 2q + 1)
+                const int j = mt * 16 + g + (e >> 1) * 8, r = rb * 8 + 2 * q + (e & 1);
+                if (j < lo) red[(warp * sg.rc + r) * lo + j] = acc[rb][mt][e];
+            }
         }
-        return;
-    }
-    const int warp = tid >> 5, parts = tpr / 32;
-    if ((tid & 31) == 0) {
-#pragma unroll
-        for (int j = 0; j < LOUT; ++j) red[warp * LMAX + j] = acc[j];
     }
     __syncthreads();
-    for (int i = tid; i < (T / tpr) * LOUT; i += T) {
-        const int rr = i / LOUT, j = i % LOUT, co = row0 + rr;
-        if (rr < sg.rc && co < sg.rows && j < sg.l_out) {
-            float v = sg.bias[co];
-            for (int p = 0; p < parts; ++p) v += red[(rr * parts + p) * LMAX + j];
-            sg.out[b * sg.ob + co * sg.oc + (j * sg.ostep + sg.ophase) * sg.ol] = v;
-        }
+    const int row0 = c * sg.rc;
+    for (int i = tid; i < sg.rc * lo; i += T) {
+        const int r = i / lo, j = i - r * lo, co = row0 + r;
+        if (co >= sg.rows) continue;
+        float v = sg.bias[co];
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) v += red[(w * sg.rc + r) * lo + j];
+        sg.out[b * sg.ob + co * sg.oc + (j * sg.ostep + sg.ophase) * sg.ol] = v;
     }
 }
 
-template <int LMAX>
+template <int MT, int NBMAX>
 __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
     extern __shared__ __align__(128) unsigned char smem[];
     const Carve cv = carve(op);
@@ -353,29 +390,38 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
     // 4.-5.
-    switch (sg.k * 4 + sg.stride) {
-        case 1 * 4 + 1: run_segment<LMAX, 1, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 2 * 4 + 1: run_segment<LMAX, 2, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 3 * 4 + 1: run_segment<LMAX, 3, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 3 * 4 + 2: run_segment<LMAX, 3, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 5 * 4 + 1: run_segment<LMAX, 5, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 7 * 4 + 1: run_segment<LMAX, 7, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        default: __trap();
-    }
+    run_segment<MT, NBMAX>(op, sg, c, b, X, ring, stage_floats, bars, red);
 }
 
 using KernelFn = void (*)(UnetOp);
 
-KernelFn kernel_for(int lmax) {
-    switch (lmax) {
-        case 1: return unet1d_op_kernel<1>;
-        case 2: return unet1d_op_kernel<2>;
-        case 4: return unet1d_op_kernel<4>;
-        case 8: return unet1d_op_kernel<8>;
-        case 16: return unet1d_op_kernel<16>;
-        case 32: return unet1d_op_kernel<32>;
+constexpr int kNbMax[] = {1, 2, 4, 8, 16};
+
+template <int MT>
+KernelFn kernel_for_nb(int nb) {
+    switch (nb) {
+        case 1: return unet1d_op_kernel<MT, 1>;
+        case 2: return unet1d_op_kernel<MT, 2>;
+        case 4: return unet1d_op_kernel<MT, 4>;
+        case 8: return unet1d_op_kernel<MT, 8>;
+        case 16:
+            if constexpr (MT == 1) return unet1d_op_kernel<MT, 16>;  // 2 x 16 tiles would spill: the plan avoids it
+            return nullptr;
         default: return nullptr;
     }
+}
+
+// the instantiation of an op: its column tiles and the next power of two of its segments' row blocks
+KernelFn kernel_for(int mtiles, int nbmax) {
+    int nb = 1;
+    while (nb < nbmax) nb *= 2;
+    return mtiles == 1 ? kernel_for_nb<1>(nb) : mtiles == 2 ? kernel_for_nb<2>(nb) : nullptr;
+}
+
+int op_nbmax(const UnetOp& op) {
+    int nb = 0;
+    for (int s = 0; s < op.nseg; ++s) nb = op.seg[s].nb > nb ? op.seg[s].nb : nb;
+    return nb;
 }
 
 }  // namespace
@@ -390,10 +436,16 @@ extern "C" int dpk_unet1d_struct_sizes(int* source, int* segment, int* op) {
 }
 
 extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
-    for (int lmax = 1; lmax <= 32; lmax *= 2) {
-        const cudaError_t e = cudaFuncSetAttribute(kernel_for(lmax), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                   max_smem_bytes);
-        if (e != cudaSuccess) return static_cast<int>(e);
+    for (int mt = 1; mt <= 2; ++mt) {
+        for (int nb : kNbMax) {
+            const KernelFn fn = kernel_for(mt, nb);
+            if (fn == nullptr) continue;
+            cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes);
+            if (e == cudaSuccess)  // one shared-memory carveout for every op: no reconfiguration between them
+                e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared));
+            if (e != cudaSuccess) return static_cast<int>(e);
+        }
     }
     return 0;
 }
@@ -401,7 +453,7 @@ extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
 extern "C" int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl) {
     for (int i = 0; i < n; ++i) {
         const UnetOp& op = ops[i];
-        const KernelFn fn = kernel_for(op.lmax);
+        const KernelFn fn = kernel_for(op.mtiles, op_nbmax(op));
         if (fn == nullptr || op.grid <= 0) return static_cast<int>(cudaErrorInvalidValue);
         cudaLaunchConfig_t cfg = {};
         cfg.gridDim = dim3(static_cast<unsigned>(op.grid));

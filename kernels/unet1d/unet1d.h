@@ -19,6 +19,7 @@
 #define UNET_THREADS 256
 #define UNET_MAX_RING 8
 #define UNET_MAX_GROUPS 32
+#define UNET_MAX_NB 16
 
 typedef struct {
     const float* raw;       // value (b, c, l) at raw[b * sb + c * sc + l * sl]   (kind 0)
@@ -34,19 +35,20 @@ typedef struct {
 } UnetSource;
 
 typedef struct {
-    const float* w;         // packed [ncta][nstages][rc][cb][k], zero-padded rows and channels
+    const float* w;         // packed per CTA and stage in mma fragment order (_plan.pack_weight), zero-padded
     const float* bias;      // [ncta * rc]
     float* out;             // out[b * ob + co * oc + (j * ostep + ophase) * ol], co < rows, j < l_out
     int64_t ob, oc, ol;
     int32_t rows, k, pad, stride, ostep, ophase, l_out;
-    int32_t rc, cb, nstages, cta0, ncta, tpr;  // rows per CTA, channels per stage, CTAs [cta0, cta0 + ncta)
+    int32_t rc, cb, nstages, cta0, ncta, nb;  // rows per CTA (nb blocks of 8), channels per stage (blocks of 8),
+                                              // CTAs [cta0, cta0 + ncta)
 } UnetSegment;
 
 typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
     float* mat;             // nullable: X stored as (B, cin, l_in), each CTA its share
-    int32_t nsrc, nseg, cin, cin_pad, l_in, lmax;
+    int32_t nsrc, nseg, cin, cin_pad, l_in, mtiles;  // mtiles: 16-column tiles of the output (1 or 2)
     int32_t batch_grid, ring, coef, smem_bytes, grid, pad_;  // grid = batch_grid * sum(ncta)
 } UnetOp;
 
@@ -54,6 +56,7 @@ typedef struct {
 extern "C" {
 #endif
 // Dynamic shared memory of one op: [ring barriers][GroupNorm stats][reduction][coefficients][ring][X].
+// The reduction holds one partial per warp, row and output column: 8 * max over segments of rc * l_out.
 int dpk_unet1d_smem_bytes(const UnetOp* op);
 int dpk_unet1d_struct_sizes(int* source, int* segment, int* op);
 // Raise every kernel instantiation's dynamic shared-memory limit; once per device before the first launch.
