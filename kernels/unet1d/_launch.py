@@ -23,6 +23,8 @@ from ._program import Program
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
+TRACE_POINTS = 8  # unet1d.h UNET_TRACE_POINTS
+TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
 P = ctypes.c_void_p
 I64, I32 = ctypes.c_int64, ctypes.c_int32
@@ -43,7 +45,7 @@ class CSegment(ctypes.Structure):
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
         (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "mtiles", "batch_grid", "ring", "coef",
-                           "smem_bytes", "grid", "pad_")]
+                           "smem_bytes", "grid", "pad_")] + [("trace", P)]
 
 
 def library_path() -> Path:
@@ -157,6 +159,34 @@ class Compiled:
                 _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
                                                               ctypes.POINTER(COp)), 1, stream, 1))
         return e["out"]
+
+    def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:
+        """One forward with %globaltimer marks in every CTA: per op, the median over its CTAs of each phase's end
+        (us after the op's first CTA started) and the op's span. A diagnostic: the marks cost ~0.1 us each."""
+        e = self._entry(io)
+        counts = [op.grid for op in self.program.ops]
+        buf = torch.zeros(sum(counts) * TRACE_POINTS, dtype=torch.int64, device=self.device)
+        base = 0
+        for c, n in zip(e["ops"], counts):
+            c.trace = buf.data_ptr() + base * TRACE_POINTS * 8
+            base += n
+        try:
+            self.launch(io, ranges=False)
+            torch.cuda.synchronize(self.device)
+        finally:
+            for c in e["ops"]:
+                c.trace = None
+        t = buf.view(-1, TRACE_POINTS).cpu().double()
+        out, base, t_first = [], 0, float(t[:, 0].min())
+        for op, n in zip(self.program.ops, counts):
+            rows = t[base:base + n]
+            start = float(rows[:, 0].min())
+            med = (rows - start).median(dim=0).values / 1e3
+            out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
+                        "span_us": float(rows[:, -1].max() - start) / 1e3} | {
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)})
+            base += n
+        return out
 
     def replay(self, io: dict[str, torch.Tensor]) -> torch.Tensor:
         """The whole forward as one CUDA graph, captured on first use of this input address set."""

@@ -60,6 +60,17 @@ __host__ __device__ inline Carve carve(const UnetOp& op) {
     return c;
 }
 
+__device__ __forceinline__ uint64_t now_ns() {
+    uint64_t t;
+    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
+    return t;
+}
+
+// phase timestamps of this CTA (thread 0) when the op carries a trace buffer
+__device__ __forceinline__ void mark(const UnetOp& op, int point) {
+    if (op.trace != nullptr && threadIdx.x == 0) op.trace[blockIdx.x * UNET_TRACE_POINTS + point] = now_ns();
+}
+
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.wait;" ::: "memory");
@@ -138,6 +149,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
     ca::wait_all();
     __syncthreads();
+    mark(op, 3);
 
     c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics: one warp per group, two passes
@@ -161,6 +173,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         c0 += s.channels;
     }
     __syncthreads();
+    mark(op, 4);
 
     int k0 = 0;  // coefficient index of the source's first channel
     for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients (a, b, scale, shift)
@@ -234,6 +247,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         k0 += s.channels;
     }
     __syncthreads();
+    mark(op, 5);
     if (op.mat != nullptr) {  // this CTA's share of X, stored as (B, cin, L)
         const int n = op.cin * L, share = (n + ncta_all - 1) / ncta_all;
         float* dst = op.mat + static_cast<int64_t>(b) * n;
@@ -286,6 +300,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
     for (int st = 0; st < sg.nstages; ++st) {
         const int slot = st % op.ring;
         ca::mbar_wait_parity(bars + 8u * slot, static_cast<unsigned>((st / op.ring) & 1));
+        if (st == 0) mark(op, 6);
         const float* ws = ring + slot * stage_floats;
         for (int cbk = warp; cbk < ncb; cbk += kWarps) {
             const float* x0 = X + (st * sg.cb + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the block
@@ -328,6 +343,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
         }
     }
 
+    mark(op, 7);
     // the warps' partial sums: red[warp][row][j], then one thread per (row, j) adds them up
     const int lo = sg.l_out;
 #pragma unroll
@@ -373,6 +389,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     const int stage = sg.rc * sg.cb * sg.k;
     const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
 
+    mark(op, 0);
     // 1. weights first: they do not depend on the previous op
     if (threadIdx.x == 0) {
         const ca::Policy policy = ca::make_policy(1);
@@ -385,8 +402,10 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
         }
     }
     // 2. let the next op start streaming its weights; wait for the previous op's outputs
+    mark(op, 1);
     pdl_launch_dependents();
     pdl_wait();
+    mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
     // 4.-5.

@@ -50,7 +50,11 @@ typedef struct {
     float* mat;             // nullable: X stored as (B, cin, l_in), each CTA its share
     int32_t nsrc, nseg, cin, cin_pad, l_in, mtiles;  // mtiles: 16-column tiles of the output (1 or 2)
     int32_t batch_grid, ring, coef, smem_bytes, grid, pad_;  // grid = batch_grid * sum(ncta)
+    uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
 } UnetOp;
+
+#define UNET_TRACE_POINTS 8  // start, weights requested, dependency met, sources in, statistics, transform done,
+                             // first stage landed, stages done (ns; the host subtracts the op's first start)
 
 #ifdef __cplusplus
 extern "C" {
