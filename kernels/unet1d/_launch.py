@@ -44,8 +44,8 @@ class CSegment(ctypes.Structure):
 
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
-        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "mtiles", "batch_grid", "ring", "coef",
-                           "smem_bytes", "grid", "pad_")] + [("trace", P)]
+        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
+                           "smem_bytes", "grid", "threads")] + [("trace", P)]
 
 
 def library_path() -> Path:
@@ -113,9 +113,10 @@ def c_op(op: Op, r: Resolver) -> COp:
     for i, s in enumerate(op.segs):
         c.seg[i] = _segment(s, r)
     c.mat = r(op.mat)
-    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.mtiles = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
-        op.l_in, op.mtiles
-    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid = op.batch_grid, op.ring, op.coef, op.smem_bytes, op.grid
+    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.cols = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
+        op.l_in, op.cols
+    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid, c.threads = op.batch_grid, op.ring, op.coef, \
+        op.smem_bytes, op.grid, op.threads
     return c
 
 

@@ -16,7 +16,6 @@
 
 #define UNET_MAX_SRC 2
 #define UNET_MAX_SEG 2
-#define UNET_THREADS 256
 #define UNET_MAX_RING 8
 #define UNET_MAX_GROUPS 32
 #define UNET_MAX_NB 16
@@ -48,8 +47,8 @@ typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
     float* mat;             // nullable: X stored as (B, cin, l_in), each CTA its share
-    int32_t nsrc, nseg, cin, cin_pad, l_in, mtiles;  // mtiles: 16-column tiles of the output (1 or 2)
-    int32_t batch_grid, ring, coef, smem_bytes, grid, pad_;  // grid = batch_grid * sum(ncta)
+    int32_t nsrc, nseg, cin, cin_pad, l_in, cols;  // cols: output columns the MMA tiles cover (8, 16 or 32)
+    int32_t batch_grid, ring, coef, smem_bytes, grid, threads;  // grid = batch_grid * sum(ncta)
     uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
 } UnetOp;
 
@@ -60,7 +59,7 @@ typedef struct {
 extern "C" {
 #endif
 // Dynamic shared memory of one op: [ring barriers][GroupNorm stats][reduction][coefficients][ring][X].
-// The reduction holds one partial per warp, row and output column: 8 * max over segments of rc * l_out.
+// The reduction holds one partial per warp, row and output column: threads / 32 * max over segments of rc * l_out.
 int dpk_unet1d_smem_bytes(const UnetOp* op);
 int dpk_unet1d_struct_sizes(int* source, int* segment, int* op);
 // Raise every kernel instantiation's dynamic shared-memory limit; once per device before the first launch.
