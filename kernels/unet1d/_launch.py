@@ -23,7 +23,7 @@ from ._program import Program
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
-TRACE_POINTS = 8  # unet1d.h UNET_TRACE_POINTS
+TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
 P = ctypes.c_void_p
@@ -183,9 +183,11 @@ class Compiled:
             rows = t[base:base + n]
             start = float(rows[:, 0].min())
             med = (rows - start).median(dim=0).values / 1e3
+            nst = min(32, max(s.nstages for s in op.segs))
+            landed = [round(float(med[8 + i]), 2) for i in range(nst)]
             out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
-                        "span_us": float(rows[:, -1].max() - start) / 1e3} | {
-                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)})
+                        "span_us": float(rows[:, 7].max() - start) / 1e3} | {
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed})
             base += n
         return out
 

@@ -378,6 +378,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
         const int slot = st % op.ring;
         ca::mbar_wait_parity(bars + 8u * slot, static_cast<unsigned>((st / op.ring) & 1));
         if (st == 0) mark(op, 6);
+        if (st < 32) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
         // work units (channel block, tap): warp w takes units w, w + warps, ..., alternating between its chains
         const int units = ncb * K;

@@ -52,8 +52,8 @@ typedef struct {
     uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
 } UnetOp;
 
-#define UNET_TRACE_POINTS 8  // start, weights requested, dependency met, sources in, statistics, transform done,
-                             // first stage landed, stages done (ns; the host subtracts the op's first start)
+#define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
+                              // first stage landed, stages done, then stage s landed for s < 32 (ns)
 
 #ifdef __cplusplus
 extern "C" {
