@@ -9,6 +9,7 @@ CUDA-graph trees do), so a denoising loop that reuses its buffers replays with n
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from ._program import Program
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
+COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
 TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
@@ -45,7 +47,7 @@ class CSegment(ctypes.Structure):
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
         (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
-                           "smem_bytes", "grid", "threads")] + [("trace", P)]
+                           "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("pad_", I32)]
 
 
 def library_path() -> Path:
@@ -117,6 +119,7 @@ def c_op(op: Op, r: Resolver) -> COp:
         op.l_in, op.cols
     c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid, c.threads = op.batch_grid, op.ring, op.coef, \
         op.smem_bytes, op.grid, op.threads
+    c.copy = COPY
     return c
 
 

@@ -291,6 +291,33 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     }
 }
 
+// request stage `st` of this CTA's weights into ring slot `slot` (see UnetOp::copy). Bulk copies: thread 0 only,
+// completing on the slot's mbarrier. cp.async: every thread copies its 16-byte pieces and commits one group.
+__device__ __forceinline__ void issue_stage(const UnetOp& op, const float* wseg, int st, int stage, float* ring,
+                                            int stage_floats, unsigned bars, int slot, const ca::Policy& hint) {
+    const float* src = wseg + static_cast<int64_t>(st) * stage;
+    float* dst = ring + slot * stage_floats;
+    if (op.copy == 2) {
+        for (int i = 4 * threadIdx.x; i < stage; i += 4 * blockDim.x) ca::copy16(dst + i, src + i, true, hint);
+        ca::commit();
+    } else if (threadIdx.x == 0) {
+        ca::mbar_arrive_expect_tx(bars + 8u * slot, static_cast<unsigned>(stage * 4));
+        ca::bulk_copy_g2s(ca::smem_addr(dst), src, static_cast<unsigned>(stage * 4), bars + 8u * slot,
+                          op.copy == 0 ? hint : ca::Policy{0, 0});
+    }
+}
+
+// wait until stage `st` (in slot st % ring) has landed and is visible to every thread of the CTA
+__device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages, unsigned bars) {
+    if (op.copy == 2) {  // groups of later stages may be in flight: at most min(ring, nstages - st) - 1
+        const int later = min(op.ring, nstages - st) - 1;
+        ca::wait_pending(later);
+        __syncthreads();
+    } else {
+        ca::mbar_wait_parity(bars + 8u * (st % op.ring), static_cast<unsigned>((st / op.ring) & 1));
+    }
+}
+
 __device__ __forceinline__ uint32_t tf32(float x) {
     uint32_t r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -376,7 +403,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
 
     for (int st = 0; st < sg.nstages; ++st) {
         const int slot = st % op.ring;
-        ca::mbar_wait_parity(bars + 8u * slot, static_cast<unsigned>((st / op.ring) & 1));
+        wait_stage(op, st, sg.nstages, bars);
         if (st == 0) mark(op, 6);
         if (st < 32) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
@@ -389,14 +416,9 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
                 tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * sg.cb + cb1 * 8 + q) * L, ws, cb1,
                                     acc[CH - 1]);
         }
-        ca::fence_proxy_async_smem();  // this thread's reads of the slot precede the copy engine's next write
+        if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
-        if (tid == 0 && st + op.ring < sg.nstages) {
-            ca::mbar_arrive_expect_tx(bars + 8u * slot, static_cast<unsigned>(stage * 4));
-            ca::bulk_copy_g2s(ca::smem_addr(ring + slot * stage_floats),
-                              wseg + static_cast<int64_t>(st + op.ring) * stage, static_cast<unsigned>(stage * 4),
-                              bars + 8u * slot, policy);
-        }
+        if (st + op.ring < sg.nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
     }
     mark(op, 7);
 
@@ -447,15 +469,14 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
 
     mark(op, 0);
     // 1. weights first: they do not depend on the previous op
-    if (threadIdx.x == 0) {
+    {
         const ca::Policy policy = ca::make_policy(1);
-        for (int s = 0; s < op.ring; ++s) ca::mbar_init(bars + 8u * s, 1);
-        ca::fence_mbar_init();
-        for (int s = 0; s < op.ring && s < sg.nstages; ++s) {
-            ca::mbar_arrive_expect_tx(bars + 8u * s, static_cast<unsigned>(stage * 4));
-            ca::bulk_copy_g2s(ca::smem_addr(ring + s * stage_floats), wseg + static_cast<int64_t>(s) * stage,
-                              static_cast<unsigned>(stage * 4), bars + 8u * s, policy);
+        if (threadIdx.x == 0 && op.copy != 2) {
+            for (int s = 0; s < op.ring; ++s) ca::mbar_init(bars + 8u * s, 1);
+            ca::fence_mbar_init();
         }
+        for (int s = 0; s < op.ring && s < sg.nstages; ++s)
+            issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
     // 2. let the next op start streaming its weights; wait for the previous op's outputs
     mark(op, 1);

@@ -50,6 +50,9 @@ typedef struct {
     int32_t nsrc, nseg, cin, cin_pad, l_in, cols;  // cols: output columns the MMA tiles cover (8, 16 or 32)
     int32_t batch_grid, ring, coef, smem_bytes, grid, threads;  // grid = batch_grid * sum(ncta)
     uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
+    int32_t copy;           // how stages reach shared memory: 0 TMA bulk copy (L2 evict_first), 1 TMA bulk copy
+                            // (no hint), 2 cp.async by every thread (16 bytes each, L2 evict_first)
+    int32_t pad_;
 } UnetOp;
 
 #define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
