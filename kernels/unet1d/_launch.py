@@ -186,11 +186,13 @@ class Compiled:
             rows = t[base:base + n]
             start = float(rows[:, 0].min())
             med = (rows - start).median(dim=0).values / 1e3
-            nst = min(32, max(s.nstages for s in op.segs))
+            nst = min(30, max(s.nstages for s in op.segs))
             landed = [round(float(med[8 + i]), 2) for i in range(nst)]
             out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
                         "span_us": float(rows[:, 7].max() - start) / 1e3} | {
-                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed})
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed,
+                                                                                           "s1_work": float(med[38]),
+                                                                                           "s1_sync": float(med[39])})
             base += n
         return out
 

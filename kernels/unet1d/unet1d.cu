@@ -405,7 +405,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
         const int slot = st % op.ring;
         wait_stage(op, st, sg.nstages, bars);
         if (st == 0) mark(op, 6);
-        if (st < 32) mark(op, 8 + st);
+        if (st < 30) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
         // work units (channel block, tap): warp w takes units w, w + warps, ..., alternating between its chains
         const int units = ncb * K;
@@ -416,8 +416,10 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
                 tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * sg.cb + cb1 * 8 + q) * L, ws, cb1,
                                     acc[CH - 1]);
         }
+        if (st == 1) mark(op, 38);  // diagnostic: stage 1's work done (thread 0), then after the barrier
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
+        if (st == 1) mark(op, 39);
         if (st + op.ring < sg.nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
     }
     mark(op, 7);
