@@ -125,7 +125,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     const ca::Policy keep{0, 0};
     int c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // raw values
-        const UnetSource& s = op.src[si];
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         float* xs = X + c0 * L;
         const int n = s.channels * L;
         const float* src = s.raw + b * s.sb;
@@ -155,7 +155,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
 
     c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics: one warp per group, two passes
-        const UnetSource& s = op.src[si];
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (s.gamma != nullptr) {
             const int cpg = s.channels / s.groups, n = cpg * L;
             for (int g = warp; g < s.groups; g += kWarps) {
@@ -179,7 +179,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
 
     int k0 = 0;  // coefficient index of the source's first channel
     for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients (a, b, scale, shift)
-        const UnetSource& s = op.src[si];
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (!transformed(s)) continue;
         const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
         const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
@@ -220,7 +220,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     c0 = 0;
     k0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // the transform, in place: v = scale mish(a x + b) + shift + res
-        const UnetSource& s = op.src[si];
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (!transformed(s)) {
             c0 += s.channels;
             continue;
@@ -344,8 +344,14 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // units are its (channel block, tap) pairs, for all nb row blocks each; warp w takes units w, w + warps, ...
 // into two accumulator chains in turn; the warps' partial sums meet in shared memory at the end. Weights arrive pre-arranged
 // (pack_weight): per stage [channel block][tap][row block][lane][2], a lane's B fragment is one 8-byte load.
+// The segment's scalars, read once into registers: a UnetSegment picked by a run-time index lives in the
+// kernel's parameter bank, and every field read in a loop would be an indexed constant load.
+struct Geom {
+    int k, stride, pad, l_out, nb;
+};
+
 template <int COLS, int NBMAX, int T>
-__device__ __forceinline__ void tap(const UnetSegment& sg, int t, int L, const float* x0, const float* ws, int cbk,
+__device__ __forceinline__ void tap(const Geom& sg, int t, int L, const float* x0, const float* ws, int cbk,
                                     float (&acc)[NBMAX][(COLS + 15) / 16][4]) {
     constexpr int MT = (COLS + 15) / 16;
     const int lane = threadIdx.x & 31, g = lane >> 2;
@@ -382,15 +388,17 @@ __device__ __forceinline__ void tap(const UnetSegment& sg, int t, int L, const f
 }
 
 template <int COLS, int NBMAX, int T>
-__device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X, float* ring,
+__device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                             int stage_floats, unsigned bars, float* red) {
+    const Geom sg{seg.k, seg.stride, seg.pad, seg.l_out, seg.nb};
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows;
     // two accumulator chains (alternate work units) where few row blocks leave the tensor pipe idle between MMAs
     constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, CH = NBMAX >= 4 ? 1 : 2;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    const int L = op.l_in, K = sg.k, ncb = sg.cb / 8;
-    const int stage = sg.rc * sg.cb * K;  // floats
-    const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
+    const int L = op.l_in, K = sg.k, ncb = cbs / 8;
+    const int stage = rc * cbs * K;  // floats
+    const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
     float acc[CH][NBMAX][MT][4];
 #pragma unroll
     for (int h = 0; h < CH; ++h)
@@ -401,9 +409,9 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[h][rb][mt][e] = 0.0f;
 
-    for (int st = 0; st < sg.nstages; ++st) {
+    for (int st = 0; st < nstages; ++st) {
         const int slot = st % op.ring;
-        wait_stage(op, st, sg.nstages, bars);
+        wait_stage(op, st, nstages, bars);
         if (st == 0) mark(op, 6);
         if (st < 30) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
@@ -411,16 +419,16 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
         const int units = ncb * K;
         for (int u = warp; u < units; u += 2 * kWarps) {
             const int cb0 = u / K, cb1 = (u + kWarps) / K;
-            tap<COLS, NBMAX, T>(sg, u - cb0 * K, L, X + (st * sg.cb + cb0 * 8 + q) * L, ws, cb0, acc[0]);
+            tap<COLS, NBMAX, T>(sg, u - cb0 * K, L, X + (st * cbs + cb0 * 8 + q) * L, ws, cb0, acc[0]);
             if (u + kWarps < units)
-                tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * sg.cb + cb1 * 8 + q) * L, ws, cb1,
+                tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * cbs + cb1 * 8 + q) * L, ws, cb1,
                                     acc[CH - 1]);
         }
         if (st == 1) mark(op, 38);  // diagnostic: stage 1's work done (thread 0), then after the barrier
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
         if (st == 1) mark(op, 39);
-        if (st + op.ring < sg.nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
+        if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
     }
     mark(op, 7);
 
@@ -434,19 +442,22 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& sg, int c, int 
 #pragma unroll
             for (int e = 0; e < 4; ++e) {  // d0: (j = g, r = 2q), d1: (g, 2q + 1), d2: (g + 8, 2q), d3: (g + 8, 2q + 1)
                 const int j = mt * 16 + g + (e >> 1) * 8, r = rb * 8 + 2 * q + (e & 1);
-                if (j < lo) red[(warp * sg.rc + r) * lo + j] = acc[0][rb][mt][e] + (CH > 1 ? acc[CH - 1][rb][mt][e] : 0.0f);
+                if (j < lo) red[(warp * rc + r) * lo + j] = acc[0][rb][mt][e] + (CH > 1 ? acc[CH - 1][rb][mt][e] : 0.0f);
             }
         }
     }
     __syncthreads();
-    const int row0 = c * sg.rc;
-    for (int i = tid; i < sg.rc * lo; i += T) {
+    const int row0 = c * rc;
+    const float* bias = seg.bias;
+    float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
+    const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
+    for (int i = tid; i < rc * lo; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
-        if (co >= sg.rows) continue;
-        float v = sg.bias[co];
+        if (co >= rows) continue;
+        float v = bias[co];
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) v += red[(w * sg.rc + r) * lo + j];
-        sg.out[b * sg.ob + co * sg.oc + (j * sg.ostep + sg.ophase) * sg.ol] = v;
+        for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
+        out[co * oc + j * oj] = v;
     }
 }
 
