@@ -163,10 +163,12 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     rather than stream its weights one stage at a time."""
     total = sum(s.weight_bytes for s in op.segs)
     lout = max(s.l_out for s in op.segs)
+    if any(s.k not in (1, 2, 3, 5) for s in op.segs):
+        raise ValueError(f"op {op.name}: kernel sizes other than 1, 2, 3 and 5 are not supported by the kernels path")
     if lout > 32:
         raise ValueError(f"op {op.name}: {lout} output columns > 32 are not supported by the kernels path")
     op.cols = 8 if lout <= 8 else 16 if lout <= 16 else 32
-    nb_max = MAX_NB if op.cols <= 16 else MAX_NB // 2
+    nb_max = MAX_NB if op.cols <= 16 else 2  # two column tiles of more row blocks would spill registers
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them

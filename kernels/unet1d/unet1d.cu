@@ -318,16 +318,12 @@ __device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages
     }
 }
 
-__device__ __forceinline__ uint32_t tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// x = hi + lo, both TF32: three TF32 products (hi hi, hi lo, lo hi) carry x y to about fp32 precision (3xTF32)
+// x = hi + lo with hi = x rounded to TF32 (10 mantissa bits; integer rounding of the bit pattern: every value
+// here is finite) and lo = x - hi exactly; the tensor core reads lo's top 19 bits. Three products hi hi, hi lo,
+// lo hi then carry x y to ~2^-19 relative (3xTF32): fp32-level accuracy for the sums of ~10^3-10^4 terms here.
 __device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
-    hi = tf32(x);
-    lo = tf32(x - __uint_as_float(hi));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -339,66 +335,36 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // 4.-5. one segment's stages and output. Transposed GEMM per tap t: D[j, r] += X[ci, j S + t - pad] W_t[r, ci]
-// on m16n8k8 TF32 tensor-core MMAs: M = output columns j (COLS = 8: only rows 0-7 of the tile, rows 8-15 zero;
-// 16; or 32: two tiles), N = 8 output rows per row block, K = 8 input channels per channel block. A stage's work
-// units are its (channel block, tap) pairs, for all nb row blocks each; warp w takes units w, w + warps, ...
-// into two accumulator chains in turn; the warps' partial sums meet in shared memory at the end. Weights arrive pre-arranged
-// (pack_weight): per stage [channel block][tap][row block][lane][2], a lane's B fragment is one 8-byte load.
-// The segment's scalars, read once into registers: a UnetSegment picked by a run-time index lives in the
-// kernel's parameter bank, and every field read in a loop would be an indexed constant load.
-struct Geom {
-    int k, stride, pad, l_out, nb;
-};
-
-template <int COLS, int NBMAX, int T>
-__device__ __forceinline__ void tap(const Geom& sg, int t, int L, const float* x0, const float* ws, int cbk,
-                                    float (&acc)[NBMAX][(COLS + 15) / 16][4]) {
-    constexpr int MT = (COLS + 15) / 16;
-    const int lane = threadIdx.x & 31, g = lane >> 2;
-    uint32_t ahi[MT][4], alo[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {  // a0: (j = g, ci = q), a1: (g + 8, q), a2: (g, q + 4), a3: (g + 8, q + 4)
-            const int j = mt * 16 + g + (e & 1) * 8, l = j * sg.stride + t - sg.pad;
-            if (COLS == 8 && (e & 1)) {
-                ahi[mt][e] = alo[mt][e] = 0u;
-                continue;
-            }
-            const float v = (j < sg.l_out && l >= 0 && l < L) ? x0[(e >> 1) * 4 * L + l] : 0.0f;
-            split(v, ahi[mt][e], alo[mt][e]);
-        }
-    }
-    const float2* wb = reinterpret_cast<const float2*>(ws + ((cbk * sg.k + t) * sg.nb) * 64) + lane;
-#pragma unroll
-    for (int rb = 0; rb < NBMAX; ++rb) {
-        if (rb < sg.nb) {
-            const float2 w = wb[rb * 32];
-            uint32_t bh0, bl0, bh1, bl1;
-            split(w.x, bh0, bl0);
-            split(w.y, bh1, bl1);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma_tf32(acc[rb][mt], alo[mt], bh0, bh1);
-                mma_tf32(acc[rb][mt], ahi[mt], bl0, bl1);
-                mma_tf32(acc[rb][mt], ahi[mt], bh0, bh1);
-            }
-        }
-    }
-}
-
-template <int COLS, int NBMAX, int T>
+// on m16n8k8 TF32 tensor-core MMAs: M = output columns j (COLS = 8: rows 0-7 of the tile, 8-15 zero; 16; or 32:
+// two tiles), N = 8 output rows per row block, K = 8 input channels per channel block. Warp w takes the stage's
+// channel blocks w, w + warps, ... and runs all K taps (compile-time) of each for all nb row blocks, even taps
+// into one accumulator chain and odd ones into another. Where each lane's A elements sit in X, and whether they
+// exist (padding, stride, l_out), depends on the tap alone: worked out once, before the stages. The warps'
+// partial sums meet in shared memory at the end. Weights arrive pre-arranged (pack_weight): per stage [channel
+// block][tap][row block][lane][2], so a lane's B fragment is one 8-byte load.
+template <int COLS, int NBMAX, int T, int K>
 __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                             int stage_floats, unsigned bars, float* red) {
-    const Geom sg{seg.k, seg.stride, seg.pad, seg.l_out, seg.nb};
-    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows;
-    // two accumulator chains (alternate work units) where few row blocks leave the tensor pipe idle between MMAs
-    constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, CH = NBMAX >= 4 ? 1 : 2;
+    constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
+    constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    const int L = op.l_in, K = sg.k, ncb = cbs / 8;
+    const int L = op.l_in, ncb = cbs / 8;
     const int stage = rc * cbs * K;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
+    // per tap and A element: offset in the channel block's rows (-1: a zero)
+    int off[K][MT][NE];
+#pragma unroll
+    for (int t = 0; t < K; ++t)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < NE; ++e) {  // e: (j = g, ci = q), (g + 8, q), (g, q + 4), (g + 8, q + 4); NE = 2: 0, 2
+                const int ee = NE == 2 ? 2 * e : e;
+                const int j = mt * 16 + g + (ee & 1) * 8, l = j * seg.stride + t - seg.pad;
+                off[t][mt][e] = (j < lo && l >= 0 && l < L) ? (ee >> 1) * 4 * L + l : -1;
+            }
     float acc[CH][NBMAX][MT][4];
 #pragma unroll
     for (int h = 0; h < CH; ++h)
@@ -415,14 +381,39 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
         if (st == 0) mark(op, 6);
         if (st < 30) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
-        // work units (channel block, tap): warp w takes units w, w + warps, ..., alternating between its chains
-        const int units = ncb * K;
-        for (int u = warp; u < units; u += 2 * kWarps) {
-            const int cb0 = u / K, cb1 = (u + kWarps) / K;
-            tap<COLS, NBMAX, T>(sg, u - cb0 * K, L, X + (st * cbs + cb0 * 8 + q) * L, ws, cb0, acc[0]);
-            if (u + kWarps < units)
-                tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * cbs + cb1 * 8 + q) * L, ws, cb1,
-                                    acc[CH - 1]);
+        for (int cbk = warp; cbk < ncb; cbk += kWarps) {
+            const float* x0 = X + (st * cbs + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the channel block
+            const float2* wb = reinterpret_cast<const float2*>(ws + cbk * K * nb * 64) + lane;
+#pragma unroll
+            for (int t = 0; t < K; ++t) {
+                uint32_t ahi[MT][4], alo[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) ahi[mt][e] = alo[mt][e] = 0u;
+#pragma unroll
+                    for (int e = 0; e < NE; ++e) {
+                        const int o = off[t][mt][e];
+                        const int ee = NE == 2 ? 2 * e : e;
+                        split(o >= 0 ? x0[o] : 0.0f, ahi[mt][ee], alo[mt][ee]);
+                    }
+                }
+#pragma unroll
+                for (int rb = 0; rb < NBMAX; ++rb) {
+                    if (rb < nb) {
+                        const float2 w = wb[(t * nb + rb) * 32];
+                        uint32_t bh0, bl0, bh1, bl1;
+                        split(w.x, bh0, bl0);
+                        split(w.y, bh1, bl1);
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], alo[mt], bh0, bh1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bl0, bl1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bh0, bh1);
+                        }
+                    }
+                }
+            }
         }
         if (st == 1) mark(op, 38);  // diagnostic: stage 1's work done (thread 0), then after the barrier
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
@@ -433,10 +424,9 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     mark(op, 7);
 
     // the warps' partial sums: red[warp][row][j], then one thread per (row, j) adds them up
-    const int lo = sg.l_out;
 #pragma unroll
     for (int rb = 0; rb < NBMAX; ++rb) {
-        if (rb >= sg.nb) continue;
+        if (rb >= nb) continue;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -498,8 +488,14 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
-    // 4.-5.
-    run_segment<COLS, NBMAX, T>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
+    switch (sg.k) {
+        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        default: __trap();  // the plan admits K in {1, 2, 3, 5}
+    }
 }
 
 using KernelFn = void (*)(UnetOp);
@@ -514,11 +510,15 @@ KernelFn kernel_for_nb(int nb) {
     switch (nb) {
         case 1: return unet1d_op_kernel<COLS, 1, threads_for(1)>;
         case 2: return unet1d_op_kernel<COLS, 2, threads_for(2)>;
-        case 4: return unet1d_op_kernel<COLS, 4, threads_for(4)>;
-        case 8: return unet1d_op_kernel<COLS, 8, threads_for(8)>;
+        case 4:
+        case 8:
         case 16:
-            if constexpr (COLS <= 16) return unet1d_op_kernel<COLS, 16, threads_for(16)>;
-            return nullptr;  // 2 x 16 column tiles would spill: the plan never asks for them
+            if constexpr (COLS <= 16) {  // two 16-column tiles of 4+ row blocks would spill: the plan caps them at 2
+                if (nb == 4) return unet1d_op_kernel<COLS, 4, threads_for(4)>;
+                if (nb == 8) return unet1d_op_kernel<COLS, 8, threads_for(8)>;
+                return unet1d_op_kernel<COLS, 16, threads_for(16)>;
+            }
+            return nullptr;
         default: return nullptr;
     }
 }
