@@ -140,8 +140,9 @@ def smem_bytes(op: Op) -> int:
 
 def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int) -> int:
     """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
-    1/128 of cin, then (channel block, tap) units in multiples of the warps, then the least padding, then the target."""
-    target = max(8, stage_target // (rc * k * 4) // 8 * 8)
+    1/128 of cin, then channel blocks in multiples of the warps (each warp takes blocks), then the least padding,
+    then the target."""
+    target = max(8 * warps, stage_target // (rc * k * 4) // 8 * 8)
     if cin <= target:
         return -(-cin // 8) * 8
     best = None
@@ -149,7 +150,7 @@ def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int
         if cb < target // 2:
             continue
         waste = -(-cin // cb) * cb - cin
-        key = (waste > cin // 128, (cb // 8 * k) % warps != 0, waste, abs(cb - target))
+        key = (waste > cin // 128, (cb // 8) % warps != 0, waste, abs(cb - target))
         if best is None or key < best[0]:
             best = (key, cb)
     return best[1]

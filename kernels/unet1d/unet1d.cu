@@ -118,6 +118,12 @@ __device__ __forceinline__ bool transformed(const UnetSource& s) {
 // 3. the prologue: X (cin_pad x L) from the sources, transformed in place. Every global load of a loop is
 // issued before the first is used (cp.async, or U loads per thread at a time): the sources sit in L2, and a
 // loop that waits for each load in turn costs an L2 round trip per element it touches.
+// a source whose residual can be read a float4 at a time (L a power of two >= 4, 16-byte aligned rows)
+__device__ __forceinline__ bool vector_ok(const UnetSource& s, int L, int b) {
+    const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * s.channels * L : nullptr;
+    return L >= 4 && (L & (L - 1)) == 0 && (res == nullptr || (reinterpret_cast<uintptr_t>(res) & 15) == 0);
+}
+
 template <int T>
 __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef) {
     constexpr int kWarps = T / 32;
@@ -148,6 +154,23 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         c0 += s.channels;
     }
     ca::commit();
+    // the first residual source's first UR float4s per thread, loaded now: their L2 round trip overlaps the
+    // sources' and the statistics instead of waiting in the transform
+    constexpr int UR = 2;  // float4s per thread: what a 512-thread CTA's residual of up to 1024 x 4 needs
+    float4 rpre[UR];
+    int rsrc = -1;
+    for (int si = 0; si < op.nsrc && rsrc < 0; ++si) {
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
+        if (s.res != nullptr && vector_ok(s, L, b)) {
+            rsrc = si;
+            const float4* r4 = reinterpret_cast<const float4*>(s.res + static_cast<int64_t>(b) * s.channels * L);
+#pragma unroll
+            for (int u = 0; u < UR; ++u) {
+                const int v = tid + u * T;
+                rpre[u] = v < s.channels * L / 4 ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+    }
     for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
     ca::wait_all();
     __syncthreads();
@@ -160,15 +183,27 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
             const int cpg = s.channels / s.groups, n = cpg * L;
             for (int g = warp; g < s.groups; g += kWarps) {
                 const float* xg = X + (c0 + g * cpg) * L;
-                float sum = 0.0f;
-                for (int i = lane; i < n; i += 32) sum += xg[i];
-                const float mean = warp_sum(sum) / n;
-                float m2 = 0.0f;
-                for (int i = lane; i < n; i += 32) {
-                    const float d = xg[i] - mean;
-                    m2 += d * d;
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;  // four chains: the loads overlap
+                int i = lane;
+                for (; i + 96 < n; i += 128) {
+                    a0 += xg[i];
+                    a1 += xg[i + 32];
+                    a2 += xg[i + 64];
+                    a3 += xg[i + 96];
                 }
-                const float var = warp_sum(m2) / n;
+                for (; i < n; i += 32) a0 += xg[i];
+                const float mean = warp_sum((a0 + a1) + (a2 + a3)) / n;
+                a0 = a1 = a2 = a3 = 0.0f;
+                for (i = lane; i + 96 < n; i += 128) {
+                    const float d0 = xg[i] - mean, d1 = xg[i + 32] - mean, d2 = xg[i + 64] - mean,
+                                d3 = xg[i + 96] - mean;
+                    a0 += d0 * d0;
+                    a1 += d1 * d1;
+                    a2 += d2 * d2;
+                    a3 += d3 * d3;
+                }
+                for (; i < n; i += 32) a0 += (xg[i] - mean) * (xg[i] - mean);
+                const float var = warp_sum((a0 + a1) + (a2 + a3)) / n;
                 if (lane == 0) stats[si * UNET_MAX_GROUPS + g] = make_float2(mean, rsqrtf(var + 1e-5f));
             }
         }
@@ -228,8 +263,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         float* xs = X + c0 * L;
         const int n = s.channels * L;
         const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * n : nullptr;
-        if (L >= 4 && (L & (L - 1)) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0 &&
-            (res == nullptr || (reinterpret_cast<uintptr_t>(res) & 15) == 0)) {
+        if (L >= 4 && (L & (L - 1)) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0 && vector_ok(s, L, b)) {
             const int lsh = __ffs(L) - 1, n4 = n / 4;  // a float4 never straddles two channels
             float4* x4 = reinterpret_cast<float4*>(xs);
             const float4* r4 = reinterpret_cast<const float4*>(res);
@@ -238,7 +272,8 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int v = v0 + u * T;
-                    r[u] = (r4 != nullptr && v < n4) ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    r[u] = (si == rsrc && v0 == tid && u < UR) ? rpre[u < UR ? u : 0]
+                           : (r4 != nullptr && v < n4) ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
