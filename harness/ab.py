@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +49,26 @@ def _git(*args: str, repo: Path) -> str:
 def revision_kernels(rev: str, repo: Path | None = None) -> tuple[Path, str]:
     """(the `kernels/` folder of git revision `rev`, its commit sha), extracted once per commit."""
     repo = repo or project_root()
-    sha = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", repo=repo)
+    try:
+        sha = _git("rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}", repo=repo)
+    except ValueError:
+        raise ValueError(f"{rev!r} is not a commit of the git repository {repo}") from None
     dest = cache_root() / "ab" / sha
     if not (dest / "kernels").is_dir():
         tmp = dest.with_name(f".{sha}.{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
-        archive = subprocess.Popen(["git", "-C", str(repo), "archive", sha, "kernels"], stdout=subprocess.PIPE)
-        tar = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout, capture_output=True, text=True)
-        if archive.wait() or tar.returncode or not (tmp / "kernels").is_dir():
-            raise ValueError(f"cannot extract kernels/ of {rev} ({sha[:10]}): {tar.stderr.strip()}")
-        if not dest.exists():
-            tmp.rename(dest)  # whole or not at all: an interrupted extraction is never taken for a finished one
+        try:
+            archive = subprocess.Popen(["git", "-C", str(repo), "archive", sha, "kernels"], stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE)
+            tar = subprocess.run(["tar", "-x", "-C", str(tmp)], stdin=archive.stdout, capture_output=True, text=True)
+            _, why = archive.communicate()
+            if archive.returncode or tar.returncode or not (tmp / "kernels").is_dir():
+                raise ValueError(f"cannot extract kernels/ of {rev} ({sha[:10]}): "
+                                 f"{why.decode(errors='replace').strip() or tar.stderr.strip()}")
+            if not dest.exists():
+                tmp.rename(dest)  # whole or not at all: a half extraction is never taken for a finished one
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return dest / "kernels", sha
 
 
@@ -80,7 +91,8 @@ def load_side_b(kernels_dir: Path, family: str) -> Registry:
     return reg
 
 
-def _timed_call(reg: Registry, v: Variant, case: Case, s: Session, label: str) -> Any:
+def _timed_call(reg: Registry, v: Variant, case: Case, s: Session, label: str) -> Callable[[], Any]:
+    """A zero-argument call of `v` on the case's inputs (made by `reg`'s family), inside its NVTX ranges."""
     inputs = reg.family(v.family).make_inputs(case, s.device)
     return ranged(lambda: v.fn(*inputs), v.family, label, case.id)
 

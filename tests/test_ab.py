@@ -50,6 +50,7 @@ def test_side_b_from_a_git_revision(tmp_path, monkeypatch, capsys):
     repo = toy_copy(tmp_path / "repo")
     git = ["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t"]
     subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "start"], check=True)
     subprocess.run([*git, "add", "kernels"], check=True)
     subprocess.run([*git, "commit", "-qm", "toy"], check=True)
     spin = repo / "kernels" / "toy" / "spin.py"
@@ -64,7 +65,12 @@ def test_side_b_from_a_git_revision(tmp_path, monkeypatch, capsys):
     assert "SPIN_US = 200.0" in extracted.read_text()  # the committed source, cached per commit
     with pytest.raises(SystemExit, match="not both"):
         cli.main([*args, "--other-dir", str(repo)])
+    capsys.readouterr()
     assert cli.main(["ab", "nosuchrev", *SPIN, *TOY]) == 2
+    assert "'nosuchrev' is not a commit" in capsys.readouterr().err
+    assert cli.main(["ab", "HEAD~1", *SPIN, *TOY]) == 2  # a revision without kernels/
+    assert "cannot extract kernels/ of HEAD~1" in capsys.readouterr().err
+    assert not list((tmp_path / "cache" / "ab").glob(".*"))  # no half extraction left behind
 
 
 def test_two_registries_import_side_by_side(tmp_path):
