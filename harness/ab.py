@@ -157,7 +157,10 @@ def cmd_ab(a: argparse.Namespace) -> int:
         kdir_b, sha = revision_kernels(a.rev)
         label_b = f"{a.rev} ({sha[:10]})"
     reg_b = load_side_b(kdir_b, family)
-    reg_b.variant(family, variant)  # B lacks the variant: a clear KeyError
+    try:
+        reg_b.variant(family, variant)
+    except KeyError as e:
+        raise KeyError(f"side B ({label_b}): {e.args[0]}") from None
     budget = a.budget if a.budget is not None else (1.0 if s.device.type == "cuda" else 0.3)
     timer = Timer(s.device, TimingConfig(target_rel=a.target_rel, budget_s=budget))
     print(f"dpk ab: {family}.{variant}: A = this checkout ({project_root()}), B = {label_b}; "
