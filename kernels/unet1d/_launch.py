@@ -9,6 +9,7 @@ CUDA-graph trees do), so a denoising loop that reuses its buffers replays with n
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from ._program import Program
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
+COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
+TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
+TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
 P = ctypes.c_void_p
 I64, I32 = ctypes.c_int64, ctypes.c_int32
@@ -37,13 +41,13 @@ class CSource(ctypes.Structure):
 class CSegment(ctypes.Structure):
     _fields_ = [("w", P), ("bias", P), ("out", P), ("ob", I64), ("oc", I64), ("ol", I64)] + [
         (n, I32) for n in ("rows", "k", "pad", "stride", "ostep", "ophase", "l_out", "rc", "cb", "nstages",
-                           "cta0", "ncta", "tpr")]
+                           "cta0", "ncta", "nb")]
 
 
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
-        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "lmax", "batch_grid", "ring", "coef",
-                           "smem_bytes", "grid", "pad_")]
+        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
+                           "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("pad_", I32)]
 
 
 def library_path() -> Path:
@@ -101,7 +105,7 @@ def _source(s: Source, r: Resolver) -> CSource:
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
     return CSegment(r(s.w), r(s.bias), r(s.out), s.ob, s.oc, s.ol, s.rows, s.k, s.pad, s.stride, s.ostep,
-                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.tpr)
+                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb)
 
 
 def c_op(op: Op, r: Resolver) -> COp:
@@ -111,9 +115,11 @@ def c_op(op: Op, r: Resolver) -> COp:
     for i, s in enumerate(op.segs):
         c.seg[i] = _segment(s, r)
     c.mat = r(op.mat)
-    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.lmax = len(op.srcs), len(op.segs), op.cin, op.cin_pad, op.l_in, \
-        op.lmax
-    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid = op.batch_grid, op.ring, op.coef, op.smem_bytes, op.grid
+    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.cols = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
+        op.l_in, op.cols
+    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid, c.threads = op.batch_grid, op.ring, op.coef, \
+        op.smem_bytes, op.grid, op.threads
+    c.copy = COPY
     return c
 
 
@@ -157,6 +163,38 @@ class Compiled:
                 _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
                                                               ctypes.POINTER(COp)), 1, stream, 1))
         return e["out"]
+
+    def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:
+        """One forward with %globaltimer marks in every CTA: per op, the median over its CTAs of each phase's end
+        (us after the op's first CTA started) and the op's span. A diagnostic: the marks cost ~0.1 us each."""
+        e = self._entry(io)
+        counts = [op.grid for op in self.program.ops]
+        buf = torch.zeros(sum(counts) * TRACE_POINTS, dtype=torch.int64, device=self.device)
+        base = 0
+        for c, n in zip(e["ops"], counts):
+            c.trace = buf.data_ptr() + base * TRACE_POINTS * 8
+            base += n
+        try:
+            self.launch(io, ranges=False)
+            torch.cuda.synchronize(self.device)
+        finally:
+            for c in e["ops"]:
+                c.trace = None
+        t = buf.view(-1, TRACE_POINTS).cpu().double()
+        out, base, t_first = [], 0, float(t[:, 0].min())
+        for op, n in zip(self.program.ops, counts):
+            rows = t[base:base + n]
+            start = float(rows[:, 0].min())
+            med = (rows - start).median(dim=0).values / 1e3
+            nst = min(30, max(s.nstages for s in op.segs))
+            landed = [round(float(med[8 + i]), 2) for i in range(nst)]
+            out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
+                        "span_us": float(rows[:, 7].max() - start) / 1e3} | {
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed,
+                                                                                           "s1_work": float(med[38]),
+                                                                                           "s1_sync": float(med[39])})
+            base += n
+        return out
 
     def replay(self, io: dict[str, torch.Tensor]) -> torch.Tensor:
         """The whole forward as one CUDA graph, captured on first use of this input address set."""

@@ -5,8 +5,8 @@ Buffers are referred to by name (`Buf`), resolved later either to device pointer
 views (`_emulate.py`, the CPU model of the kernel that the tests run), so one op list serves both.
 
 Planning a segment (rows x cin x K weights): CTAs in proportion to its share of the op's bytes (the op's grid
-is about one wave of `sms` CTAs), `rc` rows per CTA, `tpr` = 256 / next_pow2(rc) threads per row; stages of
-`cb` channels (4-16 KB, 16-byte multiples for the bulk copies, little zero padding), small enough that a ring
+is about one wave of `sms` CTAs), `rc` rows per CTA in blocks of 8 (the MMA's N); stages of `cb` channels in
+blocks of 8 (its K) (4-16 KB, 16-byte multiples for the bulk copies, little zero padding), small enough that a ring
 of several fits the shared-memory budget beside X, which keeps two ops' CTAs on one SM.
 """
 from __future__ import annotations
@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-THREADS = 256
+THREADS = 512  # the most threads of a CTA
 MAX_RING = 8
 MAX_GROUPS = 32
+MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
 SMEM_BUDGET = 110 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
 SMEM_MAX = 227 * 1024  # one CTA's opt-in limit on sm_90
 STAGE_TARGET = 16 * 1024
@@ -82,7 +83,7 @@ class Segment:
     nstages: int = 0
     cta0: int = 0
     ncta: int = 0
-    tpr: int = 0
+    nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb)
 
     @property
     def weight_bytes(self) -> int:
@@ -102,7 +103,8 @@ class Op:
     batch_grid: int
     mat: Buf | None = None
     cin_pad: int = 0
-    lmax: int = 0
+    cols: int = 0  # output columns the MMA tiles cover: 8, 16 or 32
+    threads: int = 0
     ring: int = 0
     coef: int = 0
     smem_bytes: int = 0
@@ -112,6 +114,11 @@ class Op:
     @property
     def cin(self) -> int:
         return sum(s.channels for s in self.srcs)
+
+
+def threads_for(nb: int) -> int:
+    """Threads per CTA (unet1d.cu threads_for): 512 while the accumulators of nb row blocks fit 64 registers."""
+    return 512 if next_pow2(nb) <= 4 else 256
 
 
 def next_pow2(n: int) -> int:
@@ -125,24 +132,24 @@ def _align128(n: int) -> int:
 def smem_bytes(op: Op) -> int:
     """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
     stage = max(s.rc * s.cb * s.k * 4 for s in op.segs)
-    total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((THREADS // 32) * op.lmax * 4)
+    red = max(s.rc * s.l_out for s in op.segs)
+    total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((op.threads // 32) * red * 4)
     total += _align128(op.coef * 16) + _align128(op.ring * stage) + _align128(op.cin_pad * op.l_in * 4)
     return total
 
 
-def _channels_per_stage(cin: int, rc: int, k: int, tpr: int, stage_target: int) -> int:
-    """cb near `stage_target` bytes per stage with rc * cb * k a multiple of 4 floats (16-byte bulk copies),
-    preferring padding under 1/128 of cin, then multiples of tpr, then the least padding, then the target."""
-    unit = next(m for m in (1, 2, 4) if (rc * m * k) % 4 == 0)
-    target = max(unit, stage_target // (rc * k * 4))
+def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int) -> int:
+    """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
+    1/128 of cin, then (channel block, tap) units in multiples of the warps, then the least padding, then the target."""
+    target = max(8, stage_target // (rc * k * 4) // 8 * 8)
     if cin <= target:
-        return -(-cin // unit) * unit
+        return -(-cin // 8) * 8
     best = None
-    for cb in range(unit, target + 1, unit):
+    for cb in range(8, target + 1, 8):
         if cb < target // 2:
             continue
         waste = -(-cin // cb) * cb - cin
-        key = (waste > cin // 128, cb % min(tpr, cb) != 0, waste, abs(cb - target))
+        key = (waste > cin // 128, (cb // 8 * k) % warps != 0, waste, abs(cb - target))
         if best is None or key < best[0]:
             best = (key, cb)
     return best[1]
@@ -155,23 +162,29 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     ops' CTAs per SM); an op whose X alone leaves no room for that goes over the budget (up to SMEM_MAX)
     rather than stream its weights one stage at a time."""
     total = sum(s.weight_bytes for s in op.segs)
-    op.lmax = next_pow2(op.l_in)
-    if op.lmax > 32:
-        raise ValueError(f"op {op.name}: length {op.l_in} > 32 is not supported by the kernels path")
+    lout = max(s.l_out for s in op.segs)
+    if any(s.k not in (1, 2, 3, 5) for s in op.segs):
+        raise ValueError(f"op {op.name}: kernel sizes other than 1, 2, 3 and 5 are not supported by the kernels path")
+    if lout > 32:
+        raise ValueError(f"op {op.name}: {lout} output columns > 32 are not supported by the kernels path")
+    op.cols = 8 if lout <= 8 else 16 if lout <= 16 else 32
+    nb_max = MAX_NB if op.cols <= 16 else 2  # two column tiles of more row blocks would spill registers
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
-    for s in op.segs:  # a placeholder stage, to measure the fixed part of the carve
-        s.rc, s.cb = 0, 0
+    for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
+        want = max(1, round(sms * s.weight_bytes / total))
+        per_cta = -(-s.rows // want)
+        s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
+        s.nb = s.rc // 8
+        s.ncta = -(-s.rows // s.rc)
+        s.cb = 0
+    op.threads = threads_for(max(s.nb for s in op.segs))
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
     cta0 = 0
     for s in op.segs:
-        want = max(1, round(sms * s.weight_bytes / total))
-        s.rc = min(THREADS, -(-s.rows // want))
-        s.ncta = -(-s.rows // s.rc)
-        s.tpr = THREADS // next_pow2(s.rc)
-        s.cb = _channels_per_stage(s.cin, s.rc, s.k, s.tpr, stage_target)
+        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target, op.threads // 32)
         s.nstages = -(-s.cin // s.cb)
         s.cta0, cta0 = cta0, cta0 + s.ncta
     op.cin_pad = max(s.nstages * s.cb for s in op.segs)
@@ -189,19 +202,23 @@ def plan_op(op: Op, sms: int = SMS) -> None:
 
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
-    """(rows, cin, k) -> flat [ncta][nstages][rc][cb][k], zero rows and channels where padded."""
+    """(rows, cin, k) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
+    (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8): zero rows and channels where padded."""
     rows, cin, k = w.shape
     if (rows, cin, k) != (s.rows, s.cin, s.k):
         raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.k})")
     full = w.new_zeros(s.ncta * s.rc, s.nstages * s.cb, k)
     full[:rows, :cin] = w
-    return full.reshape(s.ncta, s.rc, s.nstages, s.cb, k).permute(0, 2, 1, 3, 4).reshape(-1)
+    ncb = s.cb // 8
+    # [cta, rb, n, st, cbk, half, q, t] -> [cta, st, cbk, t, rb, n, q, half]
+    v = full.reshape(s.ncta, s.nb, 8, s.nstages, ncb, 2, 4, k)
+    return v.permute(0, 3, 4, 7, 1, 2, 6, 5).reshape(-1)
 
 
 def unpack_weight(flat: torch.Tensor, s: Segment) -> torch.Tensor:
     """The inverse of pack_weight, padding kept: (ncta * rc, nstages * cb, k)."""
-    return flat.reshape(s.ncta, s.nstages, s.rc, s.cb, s.k).permute(0, 2, 1, 3, 4).reshape(
-        s.ncta * s.rc, s.nstages * s.cb, s.k)
+    v = flat.reshape(s.ncta, s.nstages, s.cb // 8, s.k, s.nb, 8, 4, 2)
+    return v.permute(0, 4, 5, 1, 2, 7, 6, 3).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
 
 
 def pack_bias(b: torch.Tensor, s: Segment) -> torch.Tensor:

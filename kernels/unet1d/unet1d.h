@@ -16,9 +16,9 @@
 
 #define UNET_MAX_SRC 2
 #define UNET_MAX_SEG 2
-#define UNET_THREADS 256
 #define UNET_MAX_RING 8
 #define UNET_MAX_GROUPS 32
+#define UNET_MAX_NB 16
 
 typedef struct {
     const float* raw;       // value (b, c, l) at raw[b * sb + c * sc + l * sl]   (kind 0)
@@ -34,26 +34,35 @@ typedef struct {
 } UnetSource;
 
 typedef struct {
-    const float* w;         // packed [ncta][nstages][rc][cb][k], zero-padded rows and channels
+    const float* w;         // packed per CTA and stage in mma fragment order (_plan.pack_weight), zero-padded
     const float* bias;      // [ncta * rc]
     float* out;             // out[b * ob + co * oc + (j * ostep + ophase) * ol], co < rows, j < l_out
     int64_t ob, oc, ol;
     int32_t rows, k, pad, stride, ostep, ophase, l_out;
-    int32_t rc, cb, nstages, cta0, ncta, tpr;  // rows per CTA, channels per stage, CTAs [cta0, cta0 + ncta)
+    int32_t rc, cb, nstages, cta0, ncta, nb;  // rows per CTA (nb blocks of 8), channels per stage (blocks of 8),
+                                              // CTAs [cta0, cta0 + ncta)
 } UnetSegment;
 
 typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
     float* mat;             // nullable: X stored as (B, cin, l_in), each CTA its share
-    int32_t nsrc, nseg, cin, cin_pad, l_in, lmax;
-    int32_t batch_grid, ring, coef, smem_bytes, grid, pad_;  // grid = batch_grid * sum(ncta)
+    int32_t nsrc, nseg, cin, cin_pad, l_in, cols;  // cols: output columns the MMA tiles cover (8, 16 or 32)
+    int32_t batch_grid, ring, coef, smem_bytes, grid, threads;  // grid = batch_grid * sum(ncta)
+    uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
+    int32_t copy;           // how stages reach shared memory: 0 TMA bulk copy (L2 evict_first), 1 TMA bulk copy
+                            // (no hint), 2 cp.async by every thread (16 bytes each, L2 evict_first)
+    int32_t pad_;
 } UnetOp;
+
+#define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
+                              // first stage landed, stages done, then stage s landed for s < 32 (ns)
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 // Dynamic shared memory of one op: [ring barriers][GroupNorm stats][reduction][coefficients][ring][X].
+// The reduction holds one partial per warp, row and output column: threads / 32 * max over segments of rc * l_out.
 int dpk_unet1d_smem_bytes(const UnetOp* op);
 int dpk_unet1d_struct_sizes(int* source, int* segment, int* op);
 // Raise every kernel instantiation's dynamic shared-memory limit; once per device before the first launch.
