@@ -190,9 +190,10 @@ class Compiled:
             landed = [round(float(med[8 + i]), 2) for i in range(nst)]
             out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
                         "span_us": float(rows[:, 7].max() - start) / 1e3} | {
-                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed,
-                                                                                           "s1_work": float(med[38]),
-                                                                                           "s1_sync": float(med[39])})
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {
+                           "stored": float(med[39]), "end_abs_us": (float(rows[:, 39].max()) - t_first) / 1e3,
+                           "dep_abs_us": (start + float((rows[:, 2] - start).median()) - t_first) / 1e3,
+                           "landed": landed})
             base += n
         return out
 

@@ -450,10 +450,9 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                 }
             }
         }
-        if (st == 1) mark(op, 38);  // diagnostic: stage 1's work done (thread 0), then after the barrier
+        if (st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
-        if (st == 1) mark(op, 39);
         if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
     }
     mark(op, 7);
@@ -484,6 +483,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
         for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
         out[co * oc + j * oj] = v;
     }
+    mark(op, 39);
 }
 
 template <int COLS, int NBMAX, int T>
