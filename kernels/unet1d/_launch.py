@@ -35,7 +35,8 @@ I64, I32 = ctypes.c_int64, ctypes.c_int32
 class CSource(ctypes.Structure):
     _fields_ = [("raw", P), ("res", P), ("gamma", P), ("beta", P), ("film_a", P), ("film_b", P), ("t", P),
                 ("sb", I64), ("sc", I64), ("sl", I64), ("channels", I32), ("groups", I32), ("act", I32),
-                ("film", I32), ("film_off", I32), ("film_ld", I32), ("kind", I32), ("num_t", I32)]
+                ("film", I32), ("film_off", I32), ("film_ld", I32), ("kind", I32), ("num_t", I32), ("early", I32),
+                ("res_early", I32), ("coef_early", I32), ("pad_", I32)]
 
 
 class CSegment(ctypes.Structure):
@@ -100,7 +101,8 @@ class Resolver:
 
 def _source(s: Source, r: Resolver) -> CSource:
     return CSource(r(s.raw), r(s.res), r(s.gamma), r(s.beta), r(s.film_a), r(s.film_b), r(s.t), s.sb, s.sc, s.sl,
-                   s.channels, s.groups, s.act, s.film, s.film_off, s.film_ld, s.kind, s.num_t)
+                   s.channels, s.groups, s.act, s.film, s.film_off, s.film_ld, s.kind, s.num_t, s.early,
+                   s.res_early, s.coef_early, 0)
 
 
 def _segment(s: Segment, r: Resolver) -> CSegment:

@@ -56,6 +56,9 @@ class Source:
     kind: int = 0  # 0 tensor, 1 sin/cos embedding of t[l]
     t: Buf | None = None
     num_t: int = 0
+    early: int = 0  # raw values written two or more ops back (or before the forward): read before the wait
+    res_early: int = 0
+    coef_early: int = 0
 
     @property
     def transformed(self) -> bool:

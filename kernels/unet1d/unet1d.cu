@@ -124,44 +124,73 @@ __device__ __forceinline__ bool vector_ok(const UnetSource& s, int L, int b) {
     return L >= 4 && (L & (L - 1)) == 0 && (res == nullptr || (reinterpret_cast<uintptr_t>(res) & 15) == 0);
 }
 
+// one source's raw values into X: 16-byte async copies where the source is contiguous (B, C, L), else U loads per
+// thread at a time
 template <int T>
-__device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef) {
-    constexpr int kWarps = T / 32;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
-    const ca::Policy keep{0, 0};
-    int c0 = 0;
-    for (int si = 0; si < op.nsrc; ++si) {  // raw values
-        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        float* xs = X + c0 * L;
-        const int n = s.channels * L;
-        const float* src = s.raw + b * s.sb;
-        if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
-            (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {  // contiguous (B, C, L): 16-byte async copies
-            for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, keep);
-        } else {
-            for (int i0 = tid; i0 < n; i0 += U * T) {
-                float v[U];
+__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    const float* src = s.raw + b * s.sb;
+    if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+        (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {
+        for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, ca::Policy{0, 0});
+        return;
+    }
+    for (int i0 = tid; i0 < n; i0 += U * T) {
+        float v[U];
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    v[u] = i < n ? source_value(s, b, i / L, i % L) : 0.0f;
-                }
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            v[u] = i < n ? source_value(s, b, i / L, i % L) : 0.0f;
+        }
 #pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (i0 + u * T < n) xs[i0 + u * T] = v[u];
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * T < n) xs[i0 + u * T] = v[u];
+    }
+}
+
+// gamma, beta, FiLM scale and shift of one source's channels into coef (the statistics come later)
+template <int T>
+__device__ __forceinline__ void load_coef(const UnetSource& s, int b, float4* coef) {
+    const int tid = threadIdx.x, C = s.channels;
+    const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
+    const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
+    for (int c0u = tid; c0u < C; c0u += U * T) {
+        float4 k[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0u + u * T;
+            k[u] = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
+            if (c >= C) continue;
+            if (s.gamma != nullptr) {
+                k[u].x = s.gamma[c];
+                k[u].y = s.beta[c];
+            }
+            if (s.film) {
+                const int hc = s.film == 1 ? c + C : c;
+                k[u].w = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
+                if (s.film == 1) k[u].z = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
             }
         }
-        c0 += s.channels;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (c0u + u * T < C) coef[c0u + u * T] = k[u];
     }
-    ca::commit();
-    // the first residual source's first UR float4s per thread, loaded now: their L2 round trip overlaps the
-    // sources' and the statistics instead of waiting in the transform
-    constexpr int UR = 2;  // float4s per thread: what a 512-thread CTA's residual of up to 1024 x 4 needs
-    float4 rpre[UR];
-    int rsrc = -1;
-    for (int si = 0; si < op.nsrc && rsrc < 0; ++si) {
+}
+
+constexpr int UR = 2;  // residual float4s per thread loaded early: a 512-thread CTA's residual of up to 1024 x 4
+
+// 3a. before the dependency wait: everything written two or more ops back (or before the forward): sources,
+// per-channel coefficients, the first residual source's leading float4s (into registers)
+template <int T>
+__device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, float4 (&rpre)[UR], int& rsrc) {
+    const int tid = threadIdx.x, L = op.l_in;
+    int c0 = 0, k0 = 0;
+    rsrc = -1;
+    for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        if (s.res != nullptr && vector_ok(s, L, b)) {
+        if (s.early) load_raw<T>(s, b, L, X + c0 * L);
+        if (transformed(s) && s.coef_early) load_coef<T>(s, b, coef + k0);
+        if (rsrc < 0 && s.res != nullptr && s.res_early && vector_ok(s, L, b)) {
             rsrc = si;
             const float4* r4 = reinterpret_cast<const float4*>(s.res + static_cast<int64_t>(b) * s.channels * L);
 #pragma unroll
@@ -170,8 +199,26 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                 rpre[u] = v < s.channels * L / 4 ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
         }
+        c0 += s.channels;
+        k0 += transformed(s) ? s.channels : 0;
     }
     for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
+    ca::commit();
+}
+
+// 3b. after it: the previous op's outputs, the GroupNorm statistics, the transform in place
+template <int T>
+__device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef,
+                         const float4 (&rpre)[UR], int rsrc) {
+    constexpr int kWarps = T / 32;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    int c0 = 0;
+    for (int si = 0; si < op.nsrc; ++si) {
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
+        if (!s.early) load_raw<T>(s, b, L, X + c0 * L);
+        c0 += s.channels;
+    }
+    ca::commit();
     ca::wait_all();
     __syncthreads();
     mark(op, 3);
@@ -213,42 +260,21 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     mark(op, 4);
 
     int k0 = 0;  // coefficient index of the source's first channel
-    for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients (a, b, scale, shift)
+    for (int si = 0; si < op.nsrc; ++si) {  // coefficients: loaded now where not early, then the statistics
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (!transformed(s)) continue;
-        const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
-        const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
-        const int C = s.channels, cpg = s.gamma != nullptr ? C / s.groups : 1;
-        for (int c0u = tid; c0u < C; c0u += U * T) {
-            float4 k[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0u + u * T;
-                k[u] = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
-                if (c >= C) continue;
-                if (s.gamma != nullptr) {
-                    k[u].x = s.gamma[c];
-                    k[u].y = s.beta[c];
-                }
-                if (s.film) {
-                    const int hc = s.film == 1 ? c + C : c;
-                    k[u].w = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
-                    if (s.film == 1) k[u].z = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0u + u * T;
-                if (c >= C) continue;
-                if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
-                    const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
-                    k[u].x *= st.y;
-                    k[u].y -= st.x * k[u].x;
-                }
-                coef[k0 + c] = k[u];
+        if (!s.coef_early) load_coef<T>(s, b, coef + k0);  // a thread finalises the channels it loaded
+        if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
+            const int cpg = s.channels / s.groups;
+            for (int c = tid; c < s.channels; c += T) {
+                const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
+                float4 k = coef[k0 + c];
+                k.x *= st.y;
+                k.y -= st.x * k.x;
+                coef[k0 + c] = k;
             }
         }
-        k0 += C;
+        k0 += s.channels;
     }
     __syncthreads();
 
@@ -516,13 +542,17 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
         for (int s = 0; s < op.ring && s < sg.nstages; ++s)
             issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
-    // 2. let the next op start streaming its weights; wait for the previous op's outputs
+    // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
+    // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
+    float4 rpre[UR];
+    int rsrc;
+    prologue_early<T>(op, b, X, coef, rpre, rsrc);
     mark(op, 1);
-    pdl_launch_dependents();
     pdl_wait();
+    pdl_launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
-    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
+    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     switch (sg.k) {
         case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
