@@ -20,11 +20,11 @@ THREADS = 512  # the most threads of a CTA
 MAX_RING = 8
 MAX_GROUPS = 32
 MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
-SMEM_BUDGET = 110 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
+SMEM_BUDGET = 113 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
 SMEM_MAX = 227 * 1024  # one CTA's opt-in limit on sm_90
-STAGE_TARGET = 16 * 1024
+STAGE_TARGET = 40 * 1024  # a warp's share of a stage must outweigh the stage's wait, barrier and refill
 STAGE_MIN = 4 * 1024
-RING_WANT = 4
+RING_WANT = 2
 SMS = 132
 
 

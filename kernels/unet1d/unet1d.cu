@@ -99,13 +99,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // value of source element (c, l) before the transform (kind 1: sin/cos embedding of t[l], as SinusoidalPosEmb,
 // its argument formed in double so that t * f_i carries no fp32 rounding)
+__device__ __noinline__ float sinusoid(const int64_t* t, int channels, int c, int l) {
+    const int half = channels / 2, i = c < half ? c : c - half;
+    const double f = exp(-static_cast<double>(i) * (9.210340371976184 / (half - 1)));  // ln(10000)
+    const double arg = static_cast<double>(t[l]) * f;
+    return static_cast<float>(c < half ? sin(arg) : cos(arg));
+}
+
+// (out of line, with the other cold paths: the code a CTA runs must stay small, or instruction fetch sets its pace)
 __device__ __forceinline__ float source_value(const UnetSource& s, int b, int c, int l) {
-    if (s.kind == 1) {
-        const int half = s.channels / 2, i = c < half ? c : c - half;
-        const double f = exp(-static_cast<double>(i) * (9.210340371976184 / (half - 1)));  // ln(10000)
-        const double arg = static_cast<double>(s.t[l]) * f;
-        return static_cast<float>(c < half ? sin(arg) : cos(arg));
-    }
+    if (s.kind == 1) return sinusoid(s.t, s.channels, c, l);
     return s.raw[b * s.sb + c * s.sc + l * s.sl];
 }
 
@@ -127,14 +130,8 @@ __device__ __forceinline__ bool vector_ok(const UnetSource& s, int L, int b) {
 // one source's raw values into X: 16-byte async copies where the source is contiguous (B, C, L), else U loads per
 // thread at a time
 template <int T>
-__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs) {
+__device__ __noinline__ void load_strided(const UnetSource s, int b, int L, float* xs) {
     const int tid = threadIdx.x, n = s.channels * L;
-    const float* src = s.raw + b * s.sb;
-    if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
-        (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {
-        for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, ca::Policy{0, 0});
-        return;
-    }
     for (int i0 = tid; i0 < n; i0 += U * T) {
         float v[U];
 #pragma unroll
@@ -146,6 +143,18 @@ __device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, floa
         for (int u = 0; u < U; ++u)
             if (i0 + u * T < n) xs[i0 + u * T] = v[u];
     }
+}
+
+template <int T>
+__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    const float* src = s.raw + b * s.sb;
+    if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+        (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {
+        for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, ca::Policy{0, 0});
+        return;
+    }
+    load_strided<T>(s, b, L, xs);
 }
 
 // gamma, beta, FiLM scale and shift of one source's channels into coef (the statistics come later)
@@ -178,6 +187,30 @@ __device__ __forceinline__ void load_coef(const UnetSource& s, int b, float4* co
 }
 
 constexpr int UR = 2;  // residual float4s per thread loaded early: a 512-thread CTA's residual of up to 1024 x 4
+
+// the transform one element at a time (L not a power of two, or unaligned rows): out of line, it is rare
+template <int T>
+__device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, const float* res, const float4* coef,
+                                              int L) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    for (int i0 = tid; i0 < n; i0 += U * T) {
+        float r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            r[u] = (res != nullptr && i < n) ? res[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            if (i >= n) continue;
+            const float4 k = coef[i / L];
+            float v = xs[i] * k.x + k.y;
+            if (s.act) v = mish(v);
+            xs[i] = v * k.z + k.w + r[u];
+        }
+    }
+}
 
 // 3a. before the dependency wait: everything written two or more ops back (or before the forward): sources,
 // per-channel coefficients, the first residual source's leading float4s (into registers)
@@ -322,23 +355,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                 }
             }
         } else {
-            for (int i0 = tid; i0 < n; i0 += U * T) {
-                float r[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    r[u] = (res != nullptr && i < n) ? res[i] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    if (i >= n) continue;
-                    const float4 k = coef[k0 + i / L];
-                    float v = xs[i] * k.x + k.y;
-                    if (s.act) v = mish(v);
-                    xs[i] = v * k.z + k.w + r[u];
-                }
-            }
+            transform_scalar<T>(s, xs, res, coef + k0, L);
         }
         c0 += s.channels;
         k0 += s.channels;
@@ -461,7 +478,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                 }
 #pragma unroll
                 for (int rb = 0; rb < NBMAX; ++rb) {
-                    if (rb < nb) {
+                    if (NBMAX == 1 || rb < nb) {
                         const float2 w = wb[(t * nb + rb) * 32];
                         uint32_t bh0, bl0, bh1, bl1;
                         split(w.x, bh0, bl0);
