@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--suite", default="smoke", help="suite name (default: smoke)")
     select.add_argument("--case", action="append", help="case name(s) or id(s) (name.fp32)")
     select.add_argument("--dtype", action="append", help="dtype(s): float32, bfloat16, float16")
+    select.add_argument("--param", action="append", metavar="KEY=VALUE",
+                        help="set a case parameter the family declares for every selected case")
+    select.add_argument("--checkpoint", help="run the selected cases on these weights (unet1d: a state dict, a "
+                                             "diffusion_policy .ckpt or a LeRobot folder)")
     verdict = argparse.ArgumentParser(add_help=False)
     verdict.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
     verdict.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")

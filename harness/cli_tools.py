@@ -45,7 +45,26 @@ def selection_of(a: argparse.Namespace, s: Session) -> Selection:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"dpk: unknown mode(s) {bad}; modes: {', '.join(MODES)}")
-    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes)
+    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes,
+                     case_params(a))
+
+
+def case_params(a: argparse.Namespace) -> dict:
+    """--param KEY=VALUE (a YAML value) and --checkpoint PATH, for every selected case."""
+    import yaml
+
+    out = {}
+    for item in getattr(a, "param", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"dpk: --param wants KEY=VALUE, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    if getattr(a, "checkpoint", None):
+        path = Path(a.checkpoint).expanduser()
+        if not path.exists():
+            raise SystemExit(f"dpk: --checkpoint {path}: no such file or folder")
+        out["checkpoint"] = str(path.resolve())
+    return out
 
 
 def cmd_ncu_filter(a: argparse.Namespace) -> int:
