@@ -190,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("variant_name")
     sp.add_argument("--case", default="")
     sp.add_argument("--suite", default=None)
+    sp.add_argument("--range", action="append", help="a range the variant opens inside the case (one layer)")
     sp.set_defaults(fn=cmd_ncu_filter)
     sp = sub.add_parser("ncu", parents=[common], help="Nsight Compute report of one variant, joined to results")
     sp.add_argument("family_name")
@@ -198,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--suite", default=None, help="suite to look the case up in (default: pusht on GPU)")
     sp.add_argument("--set", default="basic", choices=["basic", "detailed", "full"], help="ncu section set")
     sp.add_argument("--metrics", action="append", help="extra ncu metrics, comma-separated")
+    sp.add_argument("--range", action="append", help="a range the variant opens inside the case (e.g. one U-Net "
+                                                      "layer of unet1d.kernels: down1.res0.conv1); nested if repeated")
     sp.set_defaults(fn=cmd_ncu)
     sp = sub.add_parser("once", parents=[common], help="warm up, then call a variant inside its NVTX ranges")
     sp.add_argument("family_name")
