@@ -257,8 +257,10 @@ class ConditionalUnet1D(nn.Module):
         x = sample.transpose(1, 2)
         cond = None
         if film is None:
-            with r("step_encoder"):
-                cond = self.diffusion_step_encoder(self.timesteps(timestep, x.shape[0], x.device))
+            with r("step_encoder"):  # the embedding of integer t is float32: cast to the weights' dtype (bf16)
+                enc = self.diffusion_step_encoder
+                emb = enc[0](self.timesteps(timestep, x.shape[0], x.device)).to(enc[1].weight.dtype)
+                cond = enc[3](enc[2](enc[1](emb)))
             if global_cond is not None:
                 cond = torch.cat([cond, global_cond], dim=-1)
         films = iter([film[:, o:o + w] for o, w in self.film_slices()] if film is not None else [])
