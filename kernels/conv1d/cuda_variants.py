@@ -1,7 +1,7 @@
 """conv1d CUDA C++ variants: naive (seed Part IV), optimized (seed Part V) and stream (weight streaming).
 
-All live in one torch extension (binding.cpp + naive.cu + optimized.cu + stream.cu + tiled.cu), built on first
-use through dpk.build (cached per source hash, sm_90 on Hopper). Each variant validates its inputs in Python
+All live in one torch extension (binding.cpp with naive.cu, optimized.cu, stream.cu, stream_rows.cu, tiled.cu), built on
+first use through dpk.build (cached per source hash, sm_90 on Hopper). Each variant validates its inputs in Python
 with the family's shared helper before the extension is even loaded, so bad input gets a ValueError/TypeError
 naming the problem, on any machine. `optimized` and `stream` hand large B*L (fp32) to the tiled implicit-GEMM
 kernel (tiled.cu). Their tuning knobs (`StreamKnobs`, `OptimizedKnobs`; every field -1 = the default in
@@ -18,7 +18,7 @@ import torch
 
 import dpk
 
-from ._validate import check_conv1d_inputs
+from ._checks import check_conv1d_inputs
 
 HERE = Path(__file__).resolve().parent
 SOURCES = tuple(HERE / name for name in ("binding.cpp", "naive.cu", "optimized.cu", "stream.cu", "stream_rows.cu",
