@@ -4,6 +4,7 @@ the tolerance's power to catch broken outputs, and NumPy models of the CUDA kern
 compiled host planners."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
@@ -14,9 +15,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import dpk
+from dpk import parity
 from dpk.build import nvcc_path
 from dpk.cases import load_suite_file, make_case
-from dpk.registry import load
+from dpk.registry import Registry, load
 
 from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
 
@@ -117,14 +120,42 @@ def test_gpu_variants_validate_before_launch(name):
             fn(*good())
 
 
-def test_optimized_limits():
-    with pytest.raises(ValueError, match="K=9 not supported"):
-        cuda_variants.check_optimized_shape(64, 9)
-    with pytest.raises(ValueError, match="Cin=4096 not supported"):
-        cuda_variants.check_optimized_shape(4096, 5)
+def test_optimized_limits_are_unavailable_not_errors():
+    """Valid shapes the seed kernel cannot run are a capability limit (dpk.Unavailable), not bad input."""
+    for cin, k, msg in ((64, 9, "K=9 not supported"), (4096, 5, "Cin=4096 not supported")):
+        with pytest.raises(dpk.Unavailable, match=msg):
+            cuda_variants.check_optimized_shape(cin, k)
     for c in [*SUITES["pusht"], *SUITES["smoke"], *SUITES["sweep"]]:  # every suite shape runs on optimized
         cuda_variants.check_optimized_shape(c["Cin"], c.get("K", 5))
         assert omodels.optimized_config(c["Cin"], c["L"], c.get("K", 5)) is not None, c.id
+    if INTERPRETED:  # the Triton grid's z limit, checked before launch
+        with pytest.raises(dpk.Unavailable, match="batch 65536 exceeds the grid's z limit"):
+            REG.variant("conv1d", "triton").fn(*good(B=65536, Cin=1, Cout=1, L=1, K=1))
+
+
+CIN_4096 = make_case("conv1d", "c4096_c64_l4_k5", B=1, Cin=4096, Cout=64, L=4, K=5)  # B*L <= 16: the seed kernel
+
+
+def test_parity_reports_optimized_cin_4096_as_unavailable(monkeypatch):
+    """dpk.parity.check of conv1d.optimized at Cin = 4096 reports `unavailable: <reason>`, not `error`. Without a GPU
+    the variant runs here with its device requirement lifted (CPU tensors pass its input checks; the extension must not
+    be reached): the classification is decided before launch, in the variant's own checks."""
+    if torch.cuda.is_available():
+        pytest.skip("test_parity_optimized_cin_4096_on_gpu runs the real variant")
+    monkeypatch.setattr(cuda_variants, "check_conv1d_inputs",
+                        lambda *a, **kw: checks.check_conv1d_inputs(*a, **{**kw, "device_type": None}))
+    monkeypatch.setattr(cuda_variants, "extension", lambda: pytest.fail("launched past the Cin limit"))
+    optimized = dataclasses.replace(REG.variant("conv1d", "optimized"), needs=())
+    reg = Registry(families={"conv1d": FAM}, variants={"conv1d": {"optimized": optimized}})
+    res = parity.check(reg, "conv1d", "optimized", CIN_4096, torch.device("cpu"))
+    assert res.status == "unavailable", res.summary()
+    assert "Cin=4096 not supported (supports Cin <= 2048)" in res.reason
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_parity_optimized_cin_4096_on_gpu():
+    res = parity.check(REG, "conv1d", "optimized", CIN_4096, torch.device("cuda"))
+    assert res.status == "unavailable" and "Cin=4096 not supported" in res.reason, res.summary()
 
 
 # ---- numerics ----

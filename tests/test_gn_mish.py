@@ -167,6 +167,20 @@ def test_gpu_variants_reject_cpu_tensors(registry):
             registry.variant(FAMILY, "triton").fn(x, g, b, 4, 1e-5)
 
 
+@pytest.mark.parametrize("shape,groups,msg", [((1, 8, 2**30 + 1), 8, "a group of 1073741825 elements"),
+                                              ((2**27 + 1, 1, 1), 1, "B\\*G = 134217729 groups")])
+def test_fused_limits_are_unavailable_not_errors(registry, monkeypatch, shape, groups, msg):
+    """A valid shape beyond the fused kernel's indexing limits is a capability limit (dpk.Unavailable), checked
+    before launch (meta tensors: the device check is lifted, the shapes are real)."""
+    fused = _fused_module()
+    checks = family_module(registry, "_checks")
+    monkeypatch.setattr(fused, "check_inputs", lambda *a, **kw: checks.check_inputs(*a, **{**kw, "device_type": None}))
+    x = torch.empty(shape, device="meta")
+    gamma = torch.empty(shape[1], device="meta")
+    with pytest.raises(dpk.Unavailable, match=msg):
+        fused._check(x, gamma, gamma, groups, 1e-5)
+
+
 # ---- Triton under the interpreter (or on the GPU) ----------------------------------------------------------
 
 TRITON_CASES = [("b2_c24_l7_g8", "float32"), ("b2_c32_l1_g8", "bfloat16"), ("b1_c64_l16_g8", "float16"),

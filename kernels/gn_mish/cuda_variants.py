@@ -138,11 +138,13 @@ def extension() -> types.ModuleType:
 
 
 def _check(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> None:
+    """Bad input: TypeError / ValueError (_checks.py); a valid shape beyond the kernel's limits: dpk.Unavailable."""
     B, C, L = check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES, device_type="cuda")
     if (C // groups) * L > MAX_GROUP_ELEMENTS:
-        raise ValueError(f"gn_mish: a group of {(C // groups) * L} elements exceeds the kernel's {MAX_GROUP_ELEMENTS}")
+        raise dpk.Unavailable(f"gn_mish: a group of {(C // groups) * L} elements exceeds the kernel's "
+                              f"{MAX_GROUP_ELEMENTS}")
     if B * groups > MAX_GROUPS:
-        raise ValueError(f"gn_mish: B*G = {B * groups} groups exceeds the kernel's {MAX_GROUPS}")
+        raise dpk.Unavailable(f"gn_mish: B*G = {B * groups} groups exceeds the kernel's {MAX_GROUPS}")
 
 
 def _tuning(tuning: Tuning | None) -> Tuning:
