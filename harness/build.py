@@ -137,8 +137,9 @@ def build_library(name: str, sources: Sequence[Path], cuda_flags: Sequence[str] 
         return lib
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".lib{name}.{os.getpid()}.so"
+    rpath = Path(nvcc).resolve().parent.parent / "lib64"  # libcudart.so when no torch has loaded it already
     cmd = [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", f"-I{shared_include_dir()}",
-           *map(str, sources), "-o", str(tmp)]
+           "-Xlinker", f"-rpath={rpath}", *map(str, sources), "-o", str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

@@ -13,6 +13,8 @@ NaN/Inf-mismatch counts and the first mismatching indices, and runs the guards o
   run 4  (GPU, graph-capturable variants) an eager call on fresh inputs (another seed) must pass too;
          then capture once, copy the fresh inputs into the captured buffers and replay: the replay must
          match that eager call, or the variant captured state (pointers, host scalars; gpu-mode "recheck")
+  against  a variant declared `against=<other>` must also match that variant's output on the same inputs
+         within the family's float32 tolerance (a graph or compiled form of the same arithmetic)
 """
 from __future__ import annotations
 
@@ -47,6 +49,7 @@ class ParityResult:
     max_abs: float = math.nan
     max_rel: float = math.nan
     tol_usage: float = math.nan  # max |err| / (atol + rtol |ref|): <= 1 passes
+    rel_err: float = math.nan  # ||out - ref||_2 / ||ref||_2 over all outputs
     mismatches: int = 0
     numel: int = 0
     nan_mismatch: int = 0
@@ -108,6 +111,7 @@ def compare(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], tol: Tol
     """Fill the error metrics of `res`; element i passes when |out-ref| <= atol + rtol |ref| (NaN-aware)."""
     res.atol, res.rtol, res.tol_why = tol.atol, tol.rtol, tol.why
     res.max_abs = res.max_rel = res.tol_usage = 0.0
+    err2 = ref2 = 0.0
     for k, (o, r) in enumerate(zip(outs, refs)):
         o64 = o.detach().to(torch.float64)
         nan_o, nan_r = o64.isnan(), r.isnan()
@@ -122,6 +126,8 @@ def compare(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], tol: Tol
         res.nan_mismatch += int(nan_bad.sum())
         res.inf_mismatch += int(inf_bad.sum())
         res.mismatches += int(bad.sum())
+        err2 += float(diff.pow(2).sum())
+        ref2 += float(torch.where(finite, r, torch.zeros_like(r)).pow(2).sum())
         if r.numel():
             res.max_abs = max(res.max_abs, float(diff.max()))
             res.max_rel = max(res.max_rel, float((diff / (r.abs() + tol.atol).clamp_min(1e-300)).max()))
@@ -130,8 +136,9 @@ def compare(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], tol: Tol
             at = tuple(idx)
             where = f"out{k}" if len(outs) > 1 else "out"
             res.first_bad.append(f"{where}{at}: got {float(o64[at]):.6g} want {float(r[at]):.6g}")
+    res.rel_err = math.sqrt(err2 / ref2) if ref2 > 0 else (0.0 if err2 == 0 else math.inf)
     if res.nan_mismatch or res.inf_mismatch:
-        res.tol_usage = math.inf
+        res.tol_usage = res.rel_err = math.inf
 
 
 def _shape_problems(outs: list[torch.Tensor], refs: list[torch.Tensor], case: Case) -> list[str]:
@@ -158,7 +165,8 @@ def check(reg: Registry, family: str, variant: str, case: Case, device: torch.de
         return res
     try:
         refs = refs if refs is not None else reference_output(fam, case, device)
-        _run_checks(fam, v, case, device, refs, res, deep)
+        other = reg.variant(family, v.against) if v.against else None
+        _run_checks(fam, v, case, device, refs, res, deep, other)
     except Unavailable as e:
         res.status, res.reason = "unavailable", str(e)
     except Exception as e:  # the variant raised: report it, keep the run going
@@ -178,7 +186,7 @@ def _call(fam: Family, v: Variant, case: Case, device: torch.device) -> tuple[tu
 
 
 def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs: list[torch.Tensor],
-                res: ParityResult, deep: bool) -> None:
+                res: ParityResult, deep: bool, other: Variant | None = None) -> None:
     want = torch_dtype(case.dtype)
     sizes = [r.numel() * torch.empty((), dtype=want).element_size() for r in refs]
     tol = resolve_tolerance(fam, v, case)
@@ -196,6 +204,8 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
         return
     compare(outs, refs, tol, res)
     res.problems += guards.modified_inputs(inputs, snaps) + guards.aliases(outs, inputs)
+    if other is not None:
+        _against(fam, other, case, device, inputs, outs, res)
     outs1 = [o.detach().clone() for o in outs]
     del out, outs, inputs
     if deep:  # run 1b: a second plain call must not start threads (a first call may start a library's pool)
@@ -222,6 +232,22 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
             if v.graph and not (res.problems or res.mismatches):
                 _graph_recheck(fam, v, case, device, res)
     res.status = "fail" if (res.problems or res.mismatches) else "pass"
+
+
+def _against(fam: Family, other: Variant, case: Case, device: torch.device, inputs: tuple,
+              outs: list[torch.Tensor], res: ParityResult) -> None:
+    """The outputs against `other`'s on the same inputs, within the family's float32 tolerance."""
+    if unavailable_reason(other, device, case.dtype):
+        res.notes.append(f"not checked against {other.name}: {unavailable_reason(other, device, case.dtype)}")
+        return
+    theirs = [t.detach().to(torch.float64) for t in guards.tensors(other.fn(*inputs))]
+    probe = ParityResult(res.family, res.variant, res.case, res.dtype)
+    compare(outs, theirs, fam.tolerance(case, "float32"), probe)
+    note = f"vs {other.name}: max_abs={probe.max_abs:.3g} rel_err={probe.rel_err:.3g} tol_usage={probe.tol_usage:.3g}"
+    if probe.mismatches:
+        res.problems.append(f"differs from {other.name} beyond float32 rounding ({note})")
+    else:
+        res.notes.append(note)
 
 
 def _graph_recheck(fam: Family, v: Variant, case: Case, device: torch.device, res: ParityResult) -> None:

@@ -68,6 +68,8 @@ class Variant:
     tol: Tolerance | Callable[[Case], Tolerance] | None = None
     work: Callable[[Case], Work] | None = None
     graph: bool = True
+    against: str | None = None
+    resident: Callable[..., int] | None = None
     description: str = ""
     source: str = ""
 
@@ -119,6 +121,9 @@ class Registry:
             bases = [v.name for v in vs.values() if v.baseline]
             if len(bases) > 1:
                 raise ValueError(f"family {fam!r} has several baselines {bases}; mark exactly one")
+            for v in vs.values():
+                if v.against is not None and (v.against not in vs or v.against == v.name):
+                    raise ValueError(f"variant {v.key}: against={v.against!r} names no other variant of {fam!r}")
 
 
 _active: list[Registry] = [Registry()]
@@ -143,7 +148,8 @@ def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Calla
 
 def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
             baseline: bool = False, compute: str = "float32", tol: Tolerance | Callable | None = None,
-            work: Callable | None = None, graph: bool = True) -> Callable[[Callable], Callable]:
+            work: Callable | None = None, graph: bool = True, against: str | None = None,
+            resident: Callable[..., int] | None = None) -> Callable[[Callable], Callable]:
     """Register `fn(*inputs) -> output` as a variant of `family`.
 
     needs: 'cuda' (a CUDA GPU), 'nvcc' (a CUDA compiler and a CUDA build of torch), 'triton', 'sm90',
@@ -152,6 +158,10 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     tol: a Tolerance or `case -> Tolerance` that overrides the family's derivation for this variant.
     work: `case -> Work` when the variant's ideal traffic differs from the family's.
     graph: False when the variant cannot be captured in a CUDA graph (host syncs, CPU-side state).
+    against: another variant of the family whose output on the same inputs this one must also match within
+        the family's float32 tolerance (e.g. a CUDA graph of the eager module: same arithmetic, replayed).
+    resident: `(*inputs) -> bytes` of device memory the variant holds to make a call (its weights as laid
+        out, workspaces, graph pools): the row's `resident_mb`.
     """
     check_name("variant", name)
     bad = [d for d in dtypes if d not in DTYPES]
@@ -161,7 +171,7 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     def deco(fn: Callable) -> Callable:
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
         _active[-1].add_variant(Variant(family, name, fn, tuple(needs), tuple(dtypes), baseline, compute,
-                                        tol, work, graph, doc, _caller_source()))
+                                        tol, work, graph, against, resident, doc, _caller_source()))
         return fn
     return deco
 

@@ -22,10 +22,11 @@ KEY = ["family", "variant", "case", "dtype", "mode"]
 COLUMNS = [
     "run_id", "timestamp", "machine", "gpu", "device", "git_sha", "git_dirty", "torch", "cuda", "triton",
     "family", "variant", "baseline", "case", "suite", "params", "dtype", "mode", "timer",
-    "status", "reason", "parity", "max_abs", "max_rel", "tol_usage", "mismatches",
+    "status", "reason", "parity", "max_abs", "max_rel", "rel_err", "tol_usage", "mismatches",
     "n", "median_us", "iqr_us", "min_us", "mean_us", "std_us", "p10_us", "p90_us", "rel_spread", "stopped",
     "host_us", "first_call_s", "calls_per_sample", "uncovered", "host_probe_us",
-    "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "copy_gbps", "size_copy_us", "pct_size_copy", "speedup",
+    "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "floor_us", "x_floor", "copy_gbps", "size_copy_us",
+    "pct_size_copy", "speedup", "resident_mb", "peak_mem_mb",
     "sm_mhz_start", "sm_mhz_min", "sm_mhz_end", "temp_c_start", "temp_c_end", "slowdown", "throttled",
     "tf32_matmul", "tf32_cudnn",
 ]

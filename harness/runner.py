@@ -1,6 +1,7 @@
 """Selection and orchestration shared by the CLI, pytest and asv: what to run, parity, then timing."""
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -116,7 +117,7 @@ class Session:
         """Parity first; then, if it passed, one timed row per mode. The unit every adapter runs."""
         base = self._row_base(v, case, copy_bandwidth_gbps(self.device))
         res = parity.check(self.registry, v.family, v.name, case, self.device, refs)
-        base |= {"parity": res.status, "max_abs": res.max_abs, "max_rel": res.max_rel,
+        base |= {"parity": res.status, "max_abs": res.max_abs, "max_rel": res.max_rel, "rel_err": res.rel_err,
                  "tol_usage": res.tol_usage, "mismatches": res.mismatches}
         if not res.ok:
             status = {"fail": "parity_fail"}.get(res.status, res.status)
@@ -127,18 +128,21 @@ class Session:
         inputs = fam.make_inputs(case, self.device)
         fn = ranged(lambda: v.fn(*inputs), v.family, v.name, case.id)
         first = timer.first_call(fn)
+        if v.resident is not None:
+            base["resident_mb"] = v.resident(*inputs) / 1e6
         for m in modes:
             row = base | {"mode": m, "first_call_s": first}
             if m == "graph" and not v.graph:
                 yield row | {"status": "unavailable", "reason": "variant is not graph-capturable"}, []
                 continue
             try:
-                meas = timer.measure(fn, m)
+                with peak_memory(self.device) as peak:
+                    meas = timer.measure(fn, m)
             except Unavailable as e:
                 yield row | {"status": "unavailable", "reason": str(e)}, []
                 continue
-            yield row | measurement_fields(meas, base) | self._size_copy_fields(timer, base["bytes"], m, meas), \
-                meas.samples
+            yield row | measurement_fields(meas, base) | peak | self._size_copy_fields(timer, base["bytes"], m,
+                                                                                        meas), meas.samples
 
     def _size_copy_fields(self, timer: Timer, nbytes: int, mode: str, meas: Measurement) -> dict[str, Any]:
         """The row's time against a copy of its bytes (the faster of two copy kernels: `size_matched_copies`),
@@ -166,13 +170,26 @@ def measurement_fields(meas: Measurement, base: dict[str, Any]) -> dict[str, Any
     gbps = base["bytes"] / med / 1e9 if base.get("bytes") and med > 0 else float("nan")
     tflops = base["flops"] / med / 1e12 if base.get("flops") and med > 0 else float("nan")
     copy = base.get("copy_gbps") or float("nan")
+    floor = base["bytes"] / (copy * 1e9) if base.get("bytes") and copy == copy else float("nan")
     return {"timer": meas.timer, "n": s.n, "median_us": med * US, "iqr_us": s.iqr * US, "min_us": s.min * US,
             "mean_us": s.mean * US, "std_us": s.std * US, "p10_us": s.p10 * US, "p90_us": s.p90 * US,
             "rel_spread": s.rel_spread, "stopped": meas.stopped,
             "host_us": _nan(meas.host_s) * US,
             "calls_per_sample": meas.calls_per_sample, "uncovered": _nan(meas.uncovered),
             "host_probe_us": _nan(meas.host_probe_s) * US, "gbps": gbps, "tflops": tflops,
-            "pct_peak_bw": 100 * gbps / copy, "throttled": meas.throttled, **meas.clocks}
+            "pct_peak_bw": 100 * gbps / copy, "floor_us": floor * US, "x_floor": med / floor if floor > 0 else
+            float("nan"), "throttled": meas.throttled, **meas.clocks}
+
+
+@contextlib.contextmanager
+def peak_memory(device: torch.device) -> Iterator[dict[str, float]]:
+    """{"peak_mem_mb": the process's peak of allocated device memory while the block ran} (GPU only)."""
+    out: dict[str, float] = {}
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    yield out
+    if device.type == "cuda":
+        out["peak_mem_mb"] = torch.cuda.max_memory_allocated(device) / 1e6
 
 
 def _nan(v: float | None) -> float:

@@ -29,10 +29,15 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "threshold": lambda x: "-" if x is None or x != x else f"{100 * x:.0f}%",
     "median_us_a": lambda x: _num(x, ".2f"),
     "median_us_b": lambda x: _num(x, ".2f"),
+    "x_floor": lambda x: "-" if x is None or x != x else f"{x:.2f}x",
+    "rel_err": lambda x: _num(x, ".1e"),
+    "resident_mb": lambda x: _num(x, ".0f"),
+    "peak_mem_mb": lambda x: _num(x, ".0f"),
 }
 HEADERS = {"median_us": "median us", "host_us": "host us", "rel_spread": "±ci", "gbps": "GB/s",
            "pct_peak_bw": "%copyBW", "pct_size_copy": "%sizecopy",
-           "median_us_a": "A us", "median_us_b": "B us", "tol_usage": "tol used"}
+           "median_us_a": "A us", "median_us_b": "B us", "tol_usage": "tol used", "x_floor": "xfloor",
+           "rel_err": "rel err", "resident_mb": "resident MB", "peak_mem_mb": "peak MB"}
 
 
 def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str:
@@ -56,7 +61,7 @@ def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str
 
 
 BENCH_COLUMNS = ["family", "variant", "case", "mode", "median_us", "rel_spread", "n", "host_us", "gbps",
-                 "pct_peak_bw", "pct_size_copy", "speedup", "status", "reason"]
+                 "pct_peak_bw", "x_floor", "pct_size_copy", "speedup", "status", "reason"]
 CHECK_COLUMNS = ["family", "variant", "case", "status", "max_abs", "tol_usage", "mismatches", "detail"]
 COMPARE_COLUMNS = ["family", "variant", "case", "mode", "median_us_a", "median_us_b", "ratio", "p", "threshold",
                    "verdict", "note"]

@@ -1,0 +1,246 @@
+"""Ops of the kernels path as data (mirroring unet1d.h), how each op's segments are split over CTAs, and how
+their weights are packed.
+
+Buffers are referred to by name (`Buf`), resolved later either to device pointers (`_launch.py`) or to torch
+views (`_emulate.py`, the CPU model of the kernel that the tests run), so one op list serves both.
+
+Planning a segment (rows x cin x K weights): CTAs in proportion to its share of the op's bytes (the op's grid
+is about one wave of `sms` CTAs), `rc` rows per CTA in blocks of 8 (the MMA's N); stages of `cb` channels in
+blocks of 8 (its K) (4-16 KB, 16-byte multiples for the bulk copies, little zero padding), small enough that a ring
+of several fits the shared-memory budget beside X, which keeps two ops' CTAs on one SM.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+THREADS = 256
+MAX_RING = 8
+MAX_GROUPS = 32
+MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
+SMEM_BUDGET = 110 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
+SMEM_MAX = 227 * 1024  # one CTA's opt-in limit on sm_90
+STAGE_TARGET = 16 * 1024
+STAGE_MIN = 4 * 1024
+RING_WANT = 4
+SMS = 132
+
+
+@dataclass(frozen=True)
+class Buf:
+    """`name`'s storage plus `offset` elements (a workspace activation, a parameter, or an I/O tensor)."""
+
+    name: str
+    offset: int = 0
+
+
+@dataclass
+class Source:
+    channels: int
+    raw: Buf | None = None
+    sb: int = 0
+    sc: int = 0
+    sl: int = 0
+    res: Buf | None = None
+    gamma: Buf | None = None
+    beta: Buf | None = None
+    groups: int = 1
+    act: int = 0
+    film: int = 0  # 0 none, 1 scale and shift, 2 shift only
+    film_a: Buf | None = None
+    film_b: Buf | None = None
+    film_off: int = 0
+    film_ld: int = 0
+    kind: int = 0  # 0 tensor, 1 sin/cos embedding of t[l]
+    t: Buf | None = None
+    num_t: int = 0
+
+    @property
+    def transformed(self) -> bool:
+        return self.gamma is not None or bool(self.act) or bool(self.film) or self.res is not None
+
+
+@dataclass
+class Segment:
+    rows: int
+    cin: int
+    k: int
+    out: Buf
+    ob: int
+    oc: int
+    ol: int
+    l_out: int
+    pad: int = 0
+    stride: int = 1
+    ostep: int = 1
+    ophase: int = 0
+    w: Buf | None = None  # packed: [ncta][nstages][rc][cb][k]
+    bias: Buf | None = None  # [ncta * rc]
+    rc: int = 0
+    cb: int = 0
+    nstages: int = 0
+    cta0: int = 0
+    ncta: int = 0
+    nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb)
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.rows * self.cin * self.k * 4
+
+    @property
+    def stage_floats(self) -> int:
+        return self.rc * self.cb * self.k
+
+
+@dataclass
+class Op:
+    name: str
+    srcs: list[Source]
+    segs: list[Segment]
+    l_in: int
+    batch_grid: int
+    mat: Buf | None = None
+    cin_pad: int = 0
+    mtiles: int = 0
+    ring: int = 0
+    coef: int = 0
+    smem_bytes: int = 0
+    grid: int = 0
+    notes: dict = field(default_factory=dict)
+
+    @property
+    def cin(self) -> int:
+        return sum(s.channels for s in self.srcs)
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _align128(n: int) -> int:
+    return (n + 127) & ~127
+
+
+def smem_bytes(op: Op) -> int:
+    """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
+    stage = max(s.rc * s.cb * s.k * 4 for s in op.segs)
+    red = max(s.rc * s.l_out for s in op.segs)
+    total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((THREADS // 32) * red * 4)
+    total += _align128(op.coef * 16) + _align128(op.ring * stage) + _align128(op.cin_pad * op.l_in * 4)
+    return total
+
+
+def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int) -> int:
+    """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
+    1/128 of cin, then multiples of 64 (every warp gets a block), then the least padding, then the target."""
+    target = max(8, stage_target // (rc * k * 4) // 8 * 8)
+    if cin <= target:
+        return -(-cin // 8) * 8
+    best = None
+    for cb in range(8, target + 1, 8):
+        if cb < target // 2:
+            continue
+        waste = -(-cin // cb) * cb - cin
+        key = (waste > cin // 128, cb % 64 != 0, waste, abs(cb - target))
+        if best is None or key < best[0]:
+            best = (key, cb)
+    return best[1]
+
+
+def plan_op(op: Op, sms: int = SMS) -> None:
+    """Fill the CTA split, stages, ring, shared memory and grid of `op` (segments' rows/cin/k/out set).
+
+    Stages are sized so that at least RING_WANT fit beside X and the coefficients within SMEM_BUDGET (two
+    ops' CTAs per SM); an op whose X alone leaves no room for that goes over the budget (up to SMEM_MAX)
+    rather than stream its weights one stage at a time."""
+    total = sum(s.weight_bytes for s in op.segs)
+    lout = max(s.l_out for s in op.segs)
+    if lout > 32:
+        raise ValueError(f"op {op.name}: {lout} output columns > 32 are not supported by the kernels path")
+    op.mtiles = 1 if lout <= 16 else 2
+    nb_max = MAX_NB if op.mtiles == 1 else MAX_NB // 2
+    op.coef = sum(s.channels for s in op.srcs if s.transformed)
+    op.cin_pad, op.ring = op.cin, 0
+    for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
+        want = max(1, round(sms * s.weight_bytes / total))
+        per_cta = -(-s.rows // want)
+        s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
+        s.nb = s.rc // 8
+        s.ncta = -(-s.rows // s.rc)
+        s.cb = 0
+    fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
+    room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
+    stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
+    cta0 = 0
+    for s in op.segs:
+        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target)
+        s.nstages = -(-s.cin // s.cb)
+        s.cta0, cta0 = cta0, cta0 + s.ncta
+    op.cin_pad = max(s.nstages * s.cb for s in op.segs)
+    stage = max(s.stage_floats * 4 for s in op.segs)
+    fixed = smem_bytes(op)
+    limit = SMEM_BUDGET if SMEM_BUDGET - fixed >= (RING_WANT - 1) * stage else SMEM_MAX
+    op.ring = max(1, min(MAX_RING, max(s.nstages for s in op.segs), (limit - fixed) // stage))
+    op.smem_bytes = smem_bytes(op)
+    op.grid = op.batch_grid * cta0
+    if op.smem_bytes > SMEM_MAX:
+        raise ValueError(f"op {op.name}: needs {op.smem_bytes} bytes of shared memory (> {SMEM_MAX})")
+    for src in op.srcs:
+        if src.gamma is not None and (src.groups > MAX_GROUPS or src.channels % src.groups):
+            raise ValueError(f"op {op.name}: {src.groups} groups over {src.channels} channels not supported")
+
+
+def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
+    """(rows, cin, k) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
+    (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8): zero rows and channels where padded."""
+    rows, cin, k = w.shape
+    if (rows, cin, k) != (s.rows, s.cin, s.k):
+        raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.k})")
+    full = w.new_zeros(s.ncta * s.rc, s.nstages * s.cb, k)
+    full[:rows, :cin] = w
+    ncb = s.cb // 8
+    # [cta, rb, n, st, cbk, half, q, t] -> [cta, st, cbk, t, rb, n, q, half]
+    v = full.reshape(s.ncta, s.nb, 8, s.nstages, ncb, 2, 4, k)
+    return v.permute(0, 3, 4, 7, 1, 2, 6, 5).reshape(-1)
+
+
+def unpack_weight(flat: torch.Tensor, s: Segment) -> torch.Tensor:
+    """The inverse of pack_weight, padding kept: (ncta * rc, nstages * cb, k)."""
+    v = flat.reshape(s.ncta, s.nstages, s.cb // 8, s.k, s.nb, 8, 4, 2)
+    return v.permute(0, 4, 5, 1, 2, 7, 6, 3).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
+
+
+def pack_bias(b: torch.Tensor, s: Segment) -> torch.Tensor:
+    full = b.new_zeros(s.ncta * s.rc)
+    full[: b.numel()] = b
+    return full
+
+
+class Store:
+    """Named flat regions of one tensor, each starting on a 256-byte boundary."""
+
+    def __init__(self, align: int = 64):
+        self.align = align
+        self.parts: list[tuple[str, torch.Tensor | int]] = []
+        self.offsets: dict[str, int] = {}
+        self.size = 0
+
+    def add(self, name: str, data: torch.Tensor | int) -> Buf:
+        """Reserve `data` elements (an int) or place a tensor's values; returns the region's Buf."""
+        if name in self.offsets:
+            raise ValueError(f"buffer {name!r} declared twice")
+        n = data if isinstance(data, int) else data.numel()
+        self.offsets[name] = self.size
+        self.parts.append((name, data))
+        self.size += math.ceil(max(n, 1) / self.align) * self.align
+        return Buf(name)
+
+    def materialize(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+        out = torch.zeros(self.size, dtype=dtype, device=device)
+        for name, data in self.parts:
+            if isinstance(data, torch.Tensor):
+                o = self.offsets[name]
+                out[o:o + data.numel()] = data.reshape(-1).to(dtype)
+        return out

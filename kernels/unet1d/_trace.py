@@ -1,0 +1,53 @@
+"""Phase trace of the kernels path (GPU script): where each op's time goes, from %globaltimer marks per CTA.
+
+    python kernels/unet1d/_trace.py --case blog_b1_step.fp32 [--suite pusht] [--runs 3]
+
+Per op: its start after the forward's first op, the median over its CTAs of each phase's end (us after the
+op's first CTA started: weights requested, dependency met, sources in, statistics, transform, first stage
+landed, all stages done) and its span. Runs after a warm-up; the last of `--runs` forwards is printed.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> int:
+    import pandas as pd
+    import torch
+
+    from dpk.runner import Session
+    from dpk.table import render
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--case", required=True)
+    p.add_argument("--suite", default="pusht")
+    p.add_argument("--runs", type=int, default=3)
+    a = p.parse_args(argv)
+    s = Session()
+    case = s.find_case("unet1d", a.case, a.suite)
+    inputs = s.registry.family("unet1d").make_inputs(case, s.device)
+    cv = importlib.import_module("dpk.families.unet1d.cuda_variants")
+    sample, timestep, global_cond, obs, call = inputs
+    prog = cv.compiled_program(call, sample.shape[0], sample.shape[1])
+    io = cv._io(sample, timestep, global_cond, obs, call, "trace")
+    for _ in range(3):
+        prog.launch(io, ranges=False)
+    torch.cuda.synchronize()
+    rows = [prog.phase_trace(io) for _ in range(a.runs)][-1]
+    df = pd.DataFrame(rows)
+    df["gap_us"] = df["start_us"].diff().fillna(0) - df["span_us"].shift().fillna(0)
+    cols = list(df.columns)
+    print(render(df.round(2), cols, max_width=24))
+    end = df["start_us"] + df["span_us"]
+    print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,80 @@
+"""kernels, kernels_graph: one forward as ~30 launches of unet1d.cu's layer kernel (fp32).
+
+The program (_program.py) fuses each Conv1dBlock's GroupNorm, Mish, FiLM and residual add into the next
+conv's prologue, holds a block's 1x1 residual conv in its first conv's launch and both phases of the
+transposed conv in one launch; weights are packed once per (net, batch, horizon, form) at first use, and
+each launch requests its weights before waiting on its predecessor (programmatic dependent launch).
+kernels issues the launches from Python, each in an NVTX range named for its layer (`dpk ncu --range`);
+kernels_graph replays the whole forward as one CUDA graph, captured per set of input addresses, so a
+denoising loop that reuses its buffers pays no host work per step. Both return an output buffer they own
+(overwritten by the next call with the same inputs).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+
+import dpk
+
+from ._checks import check_inputs
+from ._net import Call
+
+if TYPE_CHECKING:
+    from ._launch import Compiled
+
+NEEDS = ("cuda", "nvcc", "sm90")
+
+
+def compiled_program(call: Call, batch: int, horizon: int) -> Compiled:
+    """The packed program of (net, batch, horizon, form) on the net's device, built once."""
+    from ._launch import Compiled
+    from ._program import build_program
+
+    def make() -> Compiled:
+        module = call.net.module
+        if module.parameters().__next__().dtype != torch.float32:
+            raise dpk.Unavailable("the kernels path runs fp32 weights only")
+        try:
+            program = build_program(module, batch, horizon, call.form,
+                                    sms=torch.cuda.get_device_properties(call.net.device).multi_processor_count)
+        except ValueError as e:  # a shape the kernel has no instantiation for
+            raise dpk.Unavailable(str(e)) from e
+        table = call.net.table(call.num_t) if call.form == "step" else None
+        return Compiled(program, call.net.device, table)
+    return call.net.prepare(("kernels", call.form, call.num_t, batch, horizon), make)
+
+
+def _io(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor, call: Call,
+        variant: str) -> dict[str, torch.Tensor]:
+    check_inputs(sample, timestep, global_cond, obs, call, variant, integer_timesteps=True, contiguous=True)
+    if timestep.dim() == 0:  # an expanded copy would be a new address every call: a new graph every call
+        raise ValueError(f"unet1d.{variant}: timestep must be a ({sample.shape[0]},) int64 tensor, not 0-d")
+    io = {"sample": sample, "t": timestep}
+    if call.form == "plain":
+        if call.net.config.global_cond_dim:
+            io["global_cond"] = global_cond
+    else:
+        io["obs"] = obs
+    return io
+
+
+def _resident(*inputs: object) -> int:
+    sample, call = inputs[0], inputs[-1]
+    return compiled_program(call, sample.shape[0], sample.shape[1]).resident_bytes()
+
+
+@dpk.variant("unet1d", "kernels", needs=NEEDS, compute="float32", resident=_resident)
+def kernels(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
+            call: Call) -> torch.Tensor:
+    """The project's layer kernel, ~30 launches with PDL, one NVTX range per layer."""
+    io = _io(sample, timestep, global_cond, obs, call, "kernels")
+    return compiled_program(call, sample.shape[0], sample.shape[1]).launch(io)
+
+
+@dpk.variant("unet1d", "kernels_graph", needs=NEEDS, compute="float32", graph=False, resident=_resident)
+def kernels_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
+                  call: Call) -> torch.Tensor:
+    """`kernels` captured once into one CUDA graph (PDL edges kept) and replayed."""
+    io = _io(sample, timestep, global_cond, obs, call, "kernels_graph")
+    return compiled_program(call, sample.shape[0], sample.shape[1]).replay(io)
