@@ -28,7 +28,7 @@
 
 namespace {
 
-namespace ca = conv1d_async;
+namespace ca = dpk_async;
 constexpr int T = UNET_THREADS;
 constexpr int kWarps = T / 32;
 
