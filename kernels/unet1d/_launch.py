@@ -9,6 +9,7 @@ CUDA-graph trees do), so a denoising loop that reuses its buffers replays with n
 from __future__ import annotations
 
 import ctypes
+import os
 from collections import OrderedDict
 from pathlib import Path
 
@@ -23,7 +24,8 @@ from ._program import Program
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
-TRACE_POINTS = 8  # unet1d.h UNET_TRACE_POINTS
+COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
+TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
 P = ctypes.c_void_p
@@ -44,8 +46,8 @@ class CSegment(ctypes.Structure):
 
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
-        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "mtiles", "batch_grid", "ring", "coef",
-                           "smem_bytes", "grid", "pad_")] + [("trace", P)]
+        (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
+                           "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("pad_", I32)]
 
 
 def library_path() -> Path:
@@ -113,9 +115,11 @@ def c_op(op: Op, r: Resolver) -> COp:
     for i, s in enumerate(op.segs):
         c.seg[i] = _segment(s, r)
     c.mat = r(op.mat)
-    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.mtiles = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
-        op.l_in, op.mtiles
-    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid = op.batch_grid, op.ring, op.coef, op.smem_bytes, op.grid
+    c.nsrc, c.nseg, c.cin, c.cin_pad, c.l_in, c.cols = len(op.srcs), len(op.segs), op.cin, op.cin_pad, \
+        op.l_in, op.cols
+    c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid, c.threads = op.batch_grid, op.ring, op.coef, \
+        op.smem_bytes, op.grid, op.threads
+    c.copy = COPY
     return c
 
 
@@ -182,9 +186,13 @@ class Compiled:
             rows = t[base:base + n]
             start = float(rows[:, 0].min())
             med = (rows - start).median(dim=0).values / 1e3
+            nst = min(30, max(s.nstages for s in op.segs))
+            landed = [round(float(med[8 + i]), 2) for i in range(nst)]
             out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
-                        "span_us": float(rows[:, -1].max() - start) / 1e3} | {
-                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)})
+                        "span_us": float(rows[:, 7].max() - start) / 1e3} | {
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed,
+                                                                                           "s1_work": float(med[38]),
+                                                                                           "s1_sync": float(med[39])})
             base += n
         return out
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-THREADS = 256
+THREADS = 512  # the most threads of a CTA
 MAX_RING = 8
 MAX_GROUPS = 32
 MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
@@ -103,7 +103,8 @@ class Op:
     batch_grid: int
     mat: Buf | None = None
     cin_pad: int = 0
-    mtiles: int = 0
+    cols: int = 0  # output columns the MMA tiles cover: 8, 16 or 32
+    threads: int = 0
     ring: int = 0
     coef: int = 0
     smem_bytes: int = 0
@@ -113,6 +114,11 @@ class Op:
     @property
     def cin(self) -> int:
         return sum(s.channels for s in self.srcs)
+
+
+def threads_for(nb: int) -> int:
+    """Threads per CTA (unet1d.cu threads_for): 512 while the accumulators of nb row blocks fit 64 registers."""
+    return 512 if next_pow2(nb) <= 4 else 256
 
 
 def next_pow2(n: int) -> int:
@@ -127,14 +133,14 @@ def smem_bytes(op: Op) -> int:
     """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
     stage = max(s.rc * s.cb * s.k * 4 for s in op.segs)
     red = max(s.rc * s.l_out for s in op.segs)
-    total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((THREADS // 32) * red * 4)
+    total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((op.threads // 32) * red * 4)
     total += _align128(op.coef * 16) + _align128(op.ring * stage) + _align128(op.cin_pad * op.l_in * 4)
     return total
 
 
-def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int) -> int:
+def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int) -> int:
     """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
-    1/128 of cin, then multiples of 64 (every warp gets a block), then the least padding, then the target."""
+    1/128 of cin, then (channel block, tap) units in multiples of the warps, then the least padding, then the target."""
     target = max(8, stage_target // (rc * k * 4) // 8 * 8)
     if cin <= target:
         return -(-cin // 8) * 8
@@ -143,7 +149,7 @@ def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int) -> int:
         if cb < target // 2:
             continue
         waste = -(-cin // cb) * cb - cin
-        key = (waste > cin // 128, cb % 64 != 0, waste, abs(cb - target))
+        key = (waste > cin // 128, (cb // 8 * k) % warps != 0, waste, abs(cb - target))
         if best is None or key < best[0]:
             best = (key, cb)
     return best[1]
@@ -159,8 +165,8 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     lout = max(s.l_out for s in op.segs)
     if lout > 32:
         raise ValueError(f"op {op.name}: {lout} output columns > 32 are not supported by the kernels path")
-    op.mtiles = 1 if lout <= 16 else 2
-    nb_max = MAX_NB if op.mtiles == 1 else MAX_NB // 2
+    op.cols = 8 if lout <= 8 else 16 if lout <= 16 else 32
+    nb_max = MAX_NB if op.cols <= 16 else MAX_NB // 2
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
@@ -170,12 +176,13 @@ def plan_op(op: Op, sms: int = SMS) -> None:
         s.nb = s.rc // 8
         s.ncta = -(-s.rows // s.rc)
         s.cb = 0
+    op.threads = threads_for(max(s.nb for s in op.segs))
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
     cta0 = 0
     for s in op.segs:
-        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target)
+        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target, op.threads // 32)
         s.nstages = -(-s.cin // s.cb)
         s.cta0, cta0 = cta0, cta0 + s.ncta
     op.cin_pad = max(s.nstages * s.cb for s in op.segs)

@@ -41,11 +41,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     rows = [prog.phase_trace(io) for _ in range(a.runs)][-1]
     df = pd.DataFrame(rows)
+    landed = df.pop("landed")
     df["gap_us"] = df["start_us"].diff().fillna(0) - df["span_us"].shift().fillna(0)
     cols = list(df.columns)
     print(render(df.round(2), cols, max_width=24))
     end = df["start_us"] + df["span_us"]
     print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage")
+    print("\nstage s landed (median over CTAs, us after the op's first start):")
+    for name, stages in zip(df["op"], landed):
+        print(f"  {name:18s} {' '.join(f'{x:.1f}' for x in stages)}")
     return 0
 
 

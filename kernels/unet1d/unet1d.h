@@ -16,7 +16,6 @@
 
 #define UNET_MAX_SRC 2
 #define UNET_MAX_SEG 2
-#define UNET_THREADS 256
 #define UNET_MAX_RING 8
 #define UNET_MAX_GROUPS 32
 #define UNET_MAX_NB 16
@@ -48,19 +47,22 @@ typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
     float* mat;             // nullable: X stored as (B, cin, l_in), each CTA its share
-    int32_t nsrc, nseg, cin, cin_pad, l_in, mtiles;  // mtiles: 16-column tiles of the output (1 or 2)
-    int32_t batch_grid, ring, coef, smem_bytes, grid, pad_;  // grid = batch_grid * sum(ncta)
+    int32_t nsrc, nseg, cin, cin_pad, l_in, cols;  // cols: output columns the MMA tiles cover (8, 16 or 32)
+    int32_t batch_grid, ring, coef, smem_bytes, grid, threads;  // grid = batch_grid * sum(ncta)
     uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
+    int32_t copy;           // how stages reach shared memory: 0 TMA bulk copy (L2 evict_first), 1 TMA bulk copy
+                            // (no hint), 2 cp.async by every thread (16 bytes each, L2 evict_first)
+    int32_t pad_;
 } UnetOp;
 
-#define UNET_TRACE_POINTS 8  // start, weights requested, dependency met, sources in, statistics, transform done,
-                             // first stage landed, stages done (ns; the host subtracts the op's first start)
+#define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
+                              // first stage landed, stages done, then stage s landed for s < 32 (ns)
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 // Dynamic shared memory of one op: [ring barriers][GroupNorm stats][reduction][coefficients][ring][X].
-// The reduction holds one partial per warp, row and output column: 8 * max over segments of rc * l_out.
+// The reduction holds one partial per warp, row and output column: threads / 32 * max over segments of rc * l_out.
 int dpk_unet1d_smem_bytes(const UnetOp* op);
 int dpk_unet1d_struct_sizes(int* source, int* segment, int* op);
 // Raise every kernel instantiation's dynamic shared-memory limit; once per device before the first launch.
