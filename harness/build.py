@@ -9,9 +9,11 @@ machine can compile-check them with plain `nvcc -c` (see `nvcc_compile_check`). 
   torch at all, so it also builds on a machine without a GPU (for `DPK_CUDA_ARCH`, default sm_90) and a
   build directory made there (`DPK_BUILD_DIR`) can travel to the GPU machine.
 
-Every build sees `kernels/_cuda/` (helpers shared by all families) on its include path, and its hash covers
-the sources, every header of the family's folder and of `kernels/_cuda/`, the flags and the toolchain, so a
-rebuild happens exactly when one of them changes.
+Every build sees `kernels/_cuda/` (helpers shared by all families; the `_cuda/` beside the family folder of
+its sources, so a second copy of the kernels builds against its own) on its include path, and its hash covers
+the sources, every header of the family's folder and of that `_cuda/`, the flags and the toolchain, so a
+rebuild happens exactly when one of them changes. An extension is imported under its name plus that hash, so
+two builds of one extension (`dpk ab`'s two sides) live in one process.
 """
 from __future__ import annotations
 
@@ -38,8 +40,11 @@ def cache_root() -> Path:
     return Path(os.environ.get("DPK_BUILD_DIR", Path.home() / ".cache" / "dpk" / "extensions"))
 
 
-def shared_include_dir() -> Path:
-    """`kernels/_cuda/`: device helpers every family includes (async copies, barriers, PDL)."""
+def shared_include_dir(source: Path | None = None) -> Path:
+    """`kernels/_cuda/`: device helpers every family includes (async copies, barriers, PDL). For a build of
+    `source`, the `_cuda/` beside its family folder when there is one, else the project's."""
+    if source is not None and (beside := Path(source).resolve().parent.parent / "_cuda").is_dir():
+        return beside
     return project_root() / "kernels" / "_cuda"
 
 
@@ -74,7 +79,7 @@ def library_arch() -> str:
 
 def _digest(sources: Sequence[Path], flags: Sequence[str], toolchain: str) -> str:
     h = hashlib.sha256()
-    headers = [p for d in {Path(sources[0]).parent, shared_include_dir()} for g in HEADER_GLOBS
+    headers = [p for d in {Path(sources[0]).parent, shared_include_dir(sources[0])} for g in HEADER_GLOBS
                for p in sorted(d.glob(g))]
     for p in [*sources, *sorted(set(headers))]:
         h.update(p.name.encode())
@@ -84,20 +89,29 @@ def _digest(sources: Sequence[Path], flags: Sequence[str], toolchain: str) -> st
     return h.hexdigest()[:12]
 
 
+_imported: dict[str, types.ModuleType] = {}  # module name (name + source hash) -> the imported extension
+
+
 @functools.cache
 def _load(name: str, sources: tuple[Path, ...], cuda_flags: tuple[str, ...]) -> types.ModuleType:
     from torch.utils import cpp_extension
 
-    build_dir = cache_root() / f"{name}-{_digest(sources, cuda_flags, torch.__version__)}"
+    digest = _digest(sources, cuda_flags, torch.__version__)
+    module = f"{name}_{digest}"  # bindings define PYBIND11_MODULE(TORCH_EXTENSION_NAME, m): this name
+    if module in _imported:  # the same code from another folder (`dpk ab` of an unchanged extension)
+        return _imported[module]
+    build_dir = cache_root() / f"{name}-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     os.environ["TORCH_CUDA_ARCH_LIST"] = _arch_list()
     try:
-        return cpp_extension.load(name=name, sources=[str(s) for s in sources], build_directory=str(build_dir),
-                                  extra_cflags=["-O3"], extra_cuda_cflags=list(cuda_flags),
-                                  extra_include_paths=[str(shared_include_dir())], verbose=False)
+        ext = cpp_extension.load(name=module, sources=[str(s) for s in sources], build_directory=str(build_dir),
+                                 extra_cflags=["-O3"], extra_cuda_cflags=list(cuda_flags),
+                                 extra_include_paths=[str(shared_include_dir(sources[0]))], verbose=False)
     except Exception as e:  # compiler errors come back as RuntimeError with the log in the message
         tail = "\n".join(str(e).strip().splitlines()[-12:])
         raise Unavailable(f"building extension {name} failed: {tail}") from e
+    _imported[module] = ext
+    return ext
 
 
 def cuda_extension(name: str, sources: Sequence[Path], cuda_flags: Sequence[str] = DEFAULT_CUDA_FLAGS
@@ -138,7 +152,7 @@ def build_library(name: str, sources: Sequence[Path], cuda_flags: Sequence[str] 
     out_dir.mkdir(parents=True, exist_ok=True)
     tmp = out_dir / f".lib{name}.{os.getpid()}.so"
     rpath = Path(nvcc).resolve().parent.parent / "lib64"  # libcudart.so when no torch has loaded it already
-    cmd = [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", f"-I{shared_include_dir()}",
+    cmd = [nvcc, *flags, "-shared", "-Xcompiler", "-fPIC", "-cudart", "shared", f"-I{shared_include_dir(sources[0])}",
            "-Xlinker", f"-rpath={rpath}", *map(str, sources), "-o", str(tmp)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
@@ -170,7 +184,7 @@ def nvcc_compile_check(source: Path, arch: str = "sm_90", extra: Sequence[str] =
         raise FileNotFoundError("nvcc not found")
     out = Path(os.environ.get("TMPDIR", "/tmp")) / f"dpk-check-{source.stem}-{os.getpid()}.o"
     try:
-        return subprocess.run([nvcc, f"-arch={arch}", "-O3", f"-I{shared_include_dir()}", "-c", str(source),
+        return subprocess.run([nvcc, f"-arch={arch}", "-O3", f"-I{shared_include_dir(source)}", "-c", str(source),
                                "-o", str(out), *extra], capture_output=True, text=True, timeout=600)
     finally:
         out.unlink(missing_ok=True)

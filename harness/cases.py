@@ -19,6 +19,7 @@ the same case draws the same inputs on every machine.
 """
 from __future__ import annotations
 
+import difflib
 import itertools
 import re
 import zlib
@@ -95,9 +96,12 @@ def make_case(family: str, name: str, dtype: str = "float32", seed: int | None =
 
 @dataclass
 class SuiteFile:
+    """The suites of one family: from one file (`load_suite_file`) or merged from several (`load_suites`)."""
+
     family: str
-    path: Path
+    path: Path  # the first file read
     suites: dict[str, list[Case]] = field(default_factory=dict)
+    sources: dict[str, Path] = field(default_factory=dict)  # suite -> the file that declares it
 
 
 def _grid_values(key: str, spec: Any, where: str) -> list[Any]:
@@ -168,16 +172,48 @@ def load_suite_file(path: Path) -> SuiteFile:
         if dupes:
             raise SuiteError(f"{where}: suite {suite!r} declares {dupes} more than once")
         out.suites[suite] = cases
+        out.sources[suite] = path
     return out
 
 
+def unknown_case(files: list[SuiteFile], name: str, suite: str | None = None) -> str:
+    """Why no case of `files`' families (in `suite`, or in any) is called `name`: the suites it is in instead,
+    or the similar names (with their suite when it is another) and else the known ones."""
+    fams = "/".join(sf.family for sf in files) or "the selected families"
+    suites_of: dict[str, set[str]] = {}  # case name or id -> suites that have it
+    for sf in files:
+        for s, cs in sf.suites.items():
+            for c in cs:
+                suites_of.setdefault(c.name, set()).add(s)
+                suites_of.setdefault(c.id, set()).add(s)
+    if suite and name in suites_of:
+        return f"case {name!r} of {fams} is in suite {', '.join(sorted(suites_of[name]))}, not {suite}"
+    names = sorted({c.name for sf in files for cs in sf.suites.values() for c in cs})
+    similar = [n for n in names if n.startswith(name.split(".")[0])]
+    similar += [n for n in difflib.get_close_matches(name, names, n=6, cutoff=0.6) if n not in similar]
+    similar.sort(key=lambda n: suite not in suites_of[n])  # the selected suite's first
+    where = f"suite {suite}" if suite else "any suite"
+    if similar:
+        return f"no case {name!r} of {fams} in {where}; similar: " + ", ".join(
+            n if not suite or suite in suites_of[n] else f"{n} (suite {'/'.join(sorted(suites_of[n]))})"
+            for n in similar[:8])
+    known = [n for n in names if not suite or suite in suites_of[n]]
+    more = f" (+{len(known) - 12} more)" if len(known) > 12 else ""
+    return f"no case {name!r} of {fams} in {where}; known: {', '.join(known[:12]) or 'none'}{more}"
+
+
 def load_suites(dirs: Iterable[Path]) -> dict[str, SuiteFile]:
-    """All `<family>.yaml` files in `dirs`, keyed by family; a family declared twice is an error."""
+    """All `<family>.yaml` files in `dirs`, merged per family: several files may add suites to one family (a
+    user's `--suites-dir` beside the project's); the same suite of one family in two files is an error."""
     found: dict[str, SuiteFile] = {}
     for d in dirs:
         for path in sorted(Path(d).glob("*.yaml")):
             sf = load_suite_file(path)
-            if sf.family in found:
-                raise SuiteError(f"family {sf.family!r} has suites in both {found[sf.family].path} and {path}")
-            found[sf.family] = sf
+            have = found.setdefault(sf.family, SuiteFile(sf.family, path))
+            for suite, cases in sf.suites.items():
+                if suite in have.suites:
+                    raise SuiteError(f"suite {suite!r} of family {sf.family!r} is declared in both "
+                                     f"{have.sources[suite]} and {path}")
+                have.suites[suite] = cases
+                have.sources[suite] = path
     return found

@@ -1,4 +1,4 @@
-"""`dpk`: list, check, bench, compare, show, ncu-filter, env."""
+"""`dpk`: list, check, bench, compare, ab, show, ncu, ncu-filter, once, report, env."""
 from __future__ import annotations
 
 import argparse
@@ -9,38 +9,22 @@ from typing import Any
 
 import pandas as pd
 
-from . import nvtx, paths
-from .cli_tools import cmd_env, cmd_ncu, cmd_ncu_filter, cmd_once, cmd_report, session_of, split_csv
+from . import ab, nvtx, paths
+from .caveats import engine_caveats
+from .cli_tools import cmd_env, cmd_ncu, cmd_ncu_filter, cmd_once, cmd_report, selection_of, session_of, split_csv
 from .compare import CompareConfig, compare_runs, different_environments
 from .env import fingerprint
 from .registry import unavailable_reason
 from .results import RunWriter, resolve_run
-from .runner import Selection, Session
 from .table import BENCH_COLUMNS, CHECK_COLUMNS, COMPARE_COLUMNS, render
 from .timing import MODES, TimingConfig
-
-
-def _selection(a: argparse.Namespace, s: Session) -> Selection:
-    suites = s.suite_names()
-    if a.suite not in suites:
-        raise SystemExit(f"dpk: unknown suite {a.suite!r}; suites: {', '.join(suites) or 'none'}")
-    if getattr(a, "mode", None):
-        modes = split_csv(a.mode)
-    elif s.device.type == "cuda":
-        modes = list(MODES)
-    else:
-        modes = [m for m in MODES if m != "graph"]
-        if getattr(a, "cmd", "") == "bench":
-            print("dpk bench: no GPU: timing cold and hot only (graph mode needs CUDA graphs)", file=sys.stderr)
-    bad = [m for m in modes if m not in MODES]
-    if bad:
-        raise SystemExit(f"dpk: unknown mode(s) {bad}; modes: {', '.join(MODES)}")
-    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes)
 
 
 def cmd_list(a: argparse.Namespace) -> int:
     s = session_of(a)
     rows = []
+    for fam in split_csv(a.family):
+        s.registry.family(fam)  # an unknown family is an error, not an empty list
     for fam in sorted(s.registry.families):
         if a.family and fam not in split_csv(a.family):
             continue
@@ -62,7 +46,7 @@ def cmd_list(a: argparse.Namespace) -> int:
 def cmd_check(a: argparse.Namespace) -> int:
     s = session_of(a)
     rows = []
-    for r in s.check(_selection(a, s), deep=not a.quick):
+    for r in s.check(selection_of(a, s), deep=not a.quick):
         detail = r.reason or "; ".join(r.problems + r.first_bad[:2] + r.notes)
         rows.append(vars(r) | {"detail": detail})
         print(f"  {r.family}.{r.variant} {r.case}: {r.status}", file=sys.stderr)
@@ -78,7 +62,7 @@ def cmd_check(a: argparse.Namespace) -> int:
 def cmd_bench(a: argparse.Namespace) -> int:
     s = session_of(a)
     s.size_copy = not a.no_size_copy
-    sel = _selection(a, s)
+    sel = selection_of(a, s)
     plan = s.plan(sel)
     if not plan:
         raise SystemExit(f"dpk bench: nothing selected in suite {sel.suite!r}")
@@ -132,6 +116,8 @@ def cmd_compare(a: argparse.Namespace) -> int:
         df = df[df["family"].isin(split_csv(a.family))]
     for warning in different_environments(ra, rb):
         print(f"warning: environments differ: {warning}", file=sys.stderr)
+    for warning in engine_caveats(ra, rb):
+        print(f"warning: {warning}", file=sys.stderr)
     for run in (ra, rb):
         if note := run.incomplete():
             print(f"warning: {run.run_id} {note}: rows it lacks compare as UNKNOWN", file=sys.stderr)
@@ -157,6 +143,12 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--suite", default="smoke", help="suite name (default: smoke)")
     select.add_argument("--case", action="append", help="case name(s) or id(s) (name.fp32)")
     select.add_argument("--dtype", action="append", help="dtype(s): float32, bfloat16, float16")
+    verdict = argparse.ArgumentParser(add_help=False)
+    verdict.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
+    verdict.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
+    verdict.add_argument("--floor-us", type=float, default=None,
+                         help="absolute noise floor of cold/hot GPU rows in us (default 2.5: the measured "
+                              "run-to-run shift of one call's device time)")
 
     p = argparse.ArgumentParser(prog="dpk", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -181,17 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--family", action="append")
     sp.add_argument("--columns", action="append", help="columns to show")
     sp.set_defaults(fn=cmd_show)
-    sp = sub.add_parser("compare", parents=[common], help="FASTER/SLOWER/SAME/UNKNOWN per row; exit 1 on SLOWER")
+    sp = sub.add_parser("compare", parents=[common, verdict],
+                        help="FASTER/SLOWER/SAME/UNKNOWN per row; exit 1 on SLOWER")
     sp.add_argument("run_a", help="baseline run: path, run id, latest~N")
     sp.add_argument("run_b", help="new run")
-    sp.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
-    sp.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
-    sp.add_argument("--floor-us", type=float, default=None,
-                    help="absolute noise floor of cold/hot GPU rows in us (default 2.5: the measured run-to-run "
-                         "shift of one call's device time)")
     sp.add_argument("--all", action="store_true", help="also list SAME rows")
     sp.add_argument("--family", action="append", help="compare only these families")
     sp.set_defaults(fn=cmd_compare)
+    ab.add_parser(sub, [common, select, verdict])
     sp = sub.add_parser("ncu-filter", parents=[common], help="the ncu --nvtx-include filter of a variant")
     sp.add_argument("family_name")
     sp.add_argument("variant_name")

@@ -4,16 +4,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
 
 from . import nvtx, paths
+from .cases import Case
 from .env import fingerprint
-from .registry import unavailable_reason
+from .registry import Unavailable, Variant, unavailable_reason
 from .results import resolve_run
-from .runner import Session
+from .runner import Selection, Session
 from .table import render
+from .timing import MODES
 
 
 def split_csv(values: list[str] | None) -> list[str]:
@@ -26,12 +29,50 @@ def session_of(a: argparse.Namespace) -> Session:
     return Session(a.kernels_dir, a.suites_dir)
 
 
+def selection_of(a: argparse.Namespace, s: Session) -> Selection:
+    """What --family/--variant/--suite/--case/--dtype/--mode select; modes default to what the device can time."""
+    suites = s.suite_names()
+    if a.suite not in suites:
+        raise SystemExit(f"dpk: unknown suite {a.suite!r}; suites: {', '.join(suites) or 'none'}")
+    if getattr(a, "mode", None):
+        modes = split_csv(a.mode)
+    elif s.device.type == "cuda":
+        modes = list(MODES)
+    else:
+        modes = [m for m in MODES if m != "graph"]
+        if getattr(a, "cmd", "") == "bench":
+            print("dpk bench: no GPU: timing cold and hot only (graph mode needs CUDA graphs)", file=sys.stderr)
+    bad = [m for m in modes if m not in MODES]
+    if bad:
+        raise SystemExit(f"dpk: unknown mode(s) {bad}; modes: {', '.join(MODES)}")
+    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes)
+
+
 def cmd_ncu_filter(a: argparse.Namespace) -> int:
     s = session_of(a)
     s.registry.variant(a.family_name, a.variant_name)
-    print(nvtx.ncu_filter(a.family_name, a.variant_name, a.case or None))
-    print(nvtx.ncu_command(a.family_name, a.variant_name, a.case or None, a.suite), file=sys.stderr)
+    case_id = s.find_case(a.family_name, a.case, a.suite).id if a.case else None  # an unknown case is an error
+    print(nvtx.ncu_filter(a.family_name, a.variant_name, case_id))
+    print(nvtx.ncu_command(a.family_name, a.variant_name, case_id, a.suite), file=sys.stderr)
     return 0
+
+
+def warm(s: Session, v: Variant, case: Case, calls: int = 3) -> tuple:
+    """The case's inputs after `calls` calls of `v` on them (builds and compiles happen in the first), synced."""
+    import torch
+
+    reason = unavailable_reason(v, s.device, case.dtype)
+    if reason:
+        raise SystemExit(f"dpk: {v.key} is unavailable: {reason}")
+    inputs = s.registry.family(v.family).make_inputs(case, s.device)
+    try:
+        for _ in range(calls):
+            v.fn(*inputs)
+    except Unavailable as e:
+        raise SystemExit(f"dpk: {v.key} is unavailable: {e}") from e
+    if s.device.type == "cuda":
+        torch.cuda.synchronize(s.device)
+    return inputs
 
 
 def cmd_once(a: argparse.Namespace) -> int:
@@ -43,14 +84,7 @@ def cmd_once(a: argparse.Namespace) -> int:
     s = session_of(a)
     v = s.registry.variant(a.family_name, a.variant_name)
     case = s.find_case(a.family_name, a.case, a.suite)
-    reason = unavailable_reason(v, s.device, case.dtype)
-    if reason:
-        raise SystemExit(f"dpk once: {v.key} is unavailable: {reason}")
-    inputs = s.registry.family(v.family).make_inputs(case, s.device)
-    for _ in range(3):
-        v.fn(*inputs)
-    if s.device.type == "cuda":
-        torch.cuda.synchronize()
+    inputs = warm(s, v, case)
     with Ranges(v.family, v.name, case.id):
         for _ in range(a.calls):
             v.fn(*inputs)
@@ -64,19 +98,25 @@ def cmd_ncu(a: argparse.Namespace) -> int:
     from . import ncu
 
     s = session_of(a)
-    s.registry.variant(a.family_name, a.variant_name)
+    v = s.registry.variant(a.family_name, a.variant_name)
     suite = a.suite or ("pusht" if s.device.type == "cuda" else "smoke")
     case = s.find_case(a.family_name, a.case, a.suite) if a.case else s.cases(a.family_name, suite)[0]
+    ncu.ncu_binary()  # no ncu: say so before building anything
+    print(f"dpk ncu: building/warming {v.key} on {case.id} ...", end="", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    warm(s, v, case, calls=1)  # here, not under ncu: builds are cached per source hash, the child reuses them
+    print(f" {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(f"dpk ncu: profiling {v.key} on {case.id} under ncu (--set {a.set})", file=sys.stderr, flush=True)
     extra = [f"--kernels-dir={d}" for d in a.kernels_dir or []] + [f"--suites-dir={d}" for d in a.suites_dir or []]
     out_dir = paths.results_dir(a.results_dir) / "ncu"
-    report, kernels, summary = ncu.run_profile(a.family_name, a.variant_name, case.id, out_dir, a.set,
-                                               split_csv(a.metrics), extra)
+    report, kernels, summary = ncu.run_profile(v.family, v.name, case.id, out_dir, a.set, split_csv(a.metrics),
+                                               extra)
     print(render(kernels, list(kernels.columns), max_width=70))
-    harness_us = _stored_cold_median(a, s, a.family_name, a.variant_name, case.id)
-    summary |= {"family": a.family_name, "variant": a.variant_name, "case": case.id, "cold_median_us": harness_us,
+    harness_us = _stored_cold_median(a, s, v.family, v.name, case.id)
+    summary |= {"family": v.family, "variant": v.name, "case": case.id, "cold_median_us": harness_us,
                 "ncu_over_cold": summary["ncu_duration_us"] / harness_us if harness_us else float("nan")}
     pd.DataFrame([summary]).to_csv(report.with_suffix(".summary.csv"), index=False)
-    print("\n" + "\n".join(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}" for k, v in summary.items()))
+    print("\n" + "\n".join(f"{k}: {x:.4g}" if isinstance(x, float) else f"{k}: {x}" for k, x in summary.items()))
     print(f"\nreport: {report} (open with ncu-ui); kernels: {report.with_suffix('.csv')}")
     return 0
 

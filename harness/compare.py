@@ -4,9 +4,9 @@ Per row: FASTER / SLOWER when a Mann-Whitney test says the sample distributions 
 the median moved by more than the effect threshold; SAME otherwise; UNKNOWN when a side is missing,
 did not run, or has too few samples. The threshold is noise-aware, the largest of: `min_effect`; the rows'
 own spread (half the relative IQRs added); and, for `cold`/`hot` GPU rows, `floor_us` over the smaller median:
-the device time of one call of microsecond kernels moves by up to ~1.8 us (one to four kernels) to ~2.2 us (ten tiny
-kernels) between two processes running the same code on the same GPU (A/A pairs in results/nvidia-h200/
-RUNS.md), a per-process shift that no within-run spread shows. `graph` rows average K calls: no floor.
+the device time of one call of microsecond kernels moves by up to ~2 us between two processes running the same
+code on the same GPU (measured with A/A pairs of runs), a per-process shift that no within-run spread shows.
+`graph` rows average K calls: no floor.
 Host-bound rows (the spin did not cover the call: it waits for the device, so its time is the host's) are
 judged on samples divided by the row's host probe, so a host CPU that runs slower in one run does not read
 as a regression while a slower call on the same host still does.
@@ -14,8 +14,9 @@ as a regression while a slower call on the same host still does.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ from .stats import mann_whitney_p, summarize
 VERDICTS = ("FASTER", "SLOWER", "SAME", "UNKNOWN")
 
 
-FLOOR_US = {"cold": 2.5, "hot": 2.5}  # A/A shift of one call's device time (RUNS.md); graph averages K calls
+FLOOR_US = {"cold": 2.5, "hot": 2.5}  # A/A shift of one call's device time; graph averages K calls
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.Dat
         elif ra["status"] != "ok" or rb["status"] != "ok":
             row |= {"verdict": "UNKNOWN", "note": f"status A={ra['status']} B={rb['status']}"}
         else:
-            row |= _judge(row["mode"], ra, rb, a.samples.get(key, []), b.samples.get(key, []), cfg)
+            row |= judge(row["mode"], ra, rb, a.samples.get(key, []), b.samples.get(key, []), cfg)
             if bool(ra.get("throttled")) or bool(rb.get("throttled")):
                 row["note"] = (row.get("note") or "") + " throttled"
         out.append(row)
@@ -87,9 +88,10 @@ def compare_runs(a: Run, b: Run, cfg: CompareConfig = CompareConfig()) -> pd.Dat
     return df
 
 
-def _judge(mode: str, ra: pd.Series, rb: pd.Series, sa: list[float], sb: list[float], cfg: CompareConfig
-           ) -> dict:
-    """The verdict of one row present in both runs: host-bound rows on host-normalised samples."""
+def judge(mode: str, ra: Mapping[str, Any], rb: Mapping[str, Any], sa: list[float], sb: list[float],
+          cfg: CompareConfig) -> dict:
+    """The verdict of one row timed on both sides (a stored row or `runner.measurement_fields`; B against the
+    baseline A): the floor rule for GPU cold/hot rows, host-bound rows on host-normalised samples."""
     floor_us = FLOOR_US.get(mode, 0.0) if cfg.floor_us is None else cfg.floor_us
     small = min(ra["median_us"], rb["median_us"])
     gpu = ra.get("timer") == "cuda_event" and rb.get("timer") == "cuda_event"  # the floor is a GPU start effect
@@ -108,7 +110,7 @@ HOST_BOUND = 0.8  # runs without the cover check: a hot row whose host cost is >
 UNCOVERED = 0.5  # a row whose spin failed to cover at least this fraction of its samples times the host
 
 
-def host_bound(row: pd.Series, mode: str) -> bool:
+def host_bound(row: Mapping[str, Any], mode: str) -> bool:
     """Whether a row's time is mostly the host's: its calls wait for the device (a host sync inside the call),
     so no spin can queue them ahead (`uncovered`); for runs made before that check, a hot row whose host cost
     per call is close to its median (hot mode then timed an eager loop)."""

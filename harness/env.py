@@ -18,6 +18,7 @@ import torch
 from .clocks import nvml_for
 from .paths import project_root
 from .results import HOT_DEVICE
+from .timing import TIMING_ENGINE
 from .timing_aids import flush_bytes, flush_method, host_probe_s
 
 COPY_BYTES = 512 << 20  # per buffer: far beyond any L2, so the copy streams from DRAM
@@ -61,15 +62,15 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")
 
 
-COPY_WARMUP_S = 0.1  # of copies before sampling (H200: 2 warm-up copies gave probes 8 % apart on one machine)
+COPY_WARMUP_S = 0.1  # of copies before sampling (a couple of warm-up copies leave probes of one machine apart)
 COPY_SAMPLES = 25
 
 
 @functools.cache
 def copy_bandwidth_samples(device: torch.device) -> tuple[float, ...]:
     """Device-to-device (or RAM-to-RAM) copy rates in GB/s counting bytes read + written, sorted: COPY_SAMPLES
-    copies after COPY_WARMUP_S seconds of copies (clocks and page tables settle; on an H200 two probes minutes
-    apart on one machine gave 3808 and 4120 GB/s with 2 warm-up copies and a median of 10)."""
+    copies after COPY_WARMUP_S seconds of copies (clocks and page tables settle first, so two probes of one
+    machine agree)."""
     n = COPY_BYTES if device.type == "cuda" else 64 << 20
     src = torch.randn(n // 4, device=device)
     dst = torch.empty_like(src)
@@ -129,6 +130,7 @@ def fingerprint(device: torch.device, measure_bandwidth: bool = True) -> dict[st
         "l2_flush": flush_method(device),
         "cold_launch": "stream held by a spin of 2x the call's host cost + 10 us, doubled while it falls short "
                        "(cover check): host launch cost excluded",
+        "timing_engine": TIMING_ENGINE,
         "hot_mode": HOT_DEVICE if device.type == "cuda" else "back-to-back calls, one per sample (perf_counter)",
         **git_state(),
     }

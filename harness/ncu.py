@@ -1,7 +1,9 @@
 """`dpk ncu`: profile one variant under Nsight Compute, selected by its NVTX range, and join the metrics.
 
-The child process (`dpk once`) warms the variant up outside any dpk range, then makes exactly one call
-inside `family > variant > case`, so `--nvtx-include dpk@family/variant/case/` profiles that call's
+`dpk ncu` first calls the variant in its own process (outside ncu: a CUDA extension build or a Triton or
+torch.compile compilation fills its cache there, with progress shown, instead of running slowly and silently
+under the profiler). The child process (`dpk once`) warms the variant up outside any dpk range, then makes
+exactly one call inside `family > variant > case`, so `--nvtx-include dpk@family/variant/case/` profiles that call's
 kernels and nothing else (not the reference, the inputs, or the warm-up). ncu's default
 `--cache-control all` flushes caches before each kernel, which matches dpk's `cold` mode. Clocks are
 left alone (`--clock-control none`): by default ncu locks them to base, which makes durations longer
@@ -9,11 +11,13 @@ than what `dpk bench` measures at boost clocks.
 """
 from __future__ import annotations
 
+import collections
 import glob
 import io
 import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pandas as pd
@@ -72,17 +76,27 @@ def summarize(kernels: pd.DataFrame) -> dict[str, float]:
             "memory_throughput_pct": kernels.get("memory_throughput_pct", pd.Series([float("nan")])).max()}
 
 
+def _echo(line: str) -> None:
+    print(f"  {line}", file=sys.stderr, flush=True)
+
+
 def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_set: str = "basic",
-                extra_metrics: list[str] | None = None, dpk_args: list[str] | None = None
-                ) -> tuple[Path, pd.DataFrame, dict[str, float]]:
+                extra_metrics: list[str] | None = None, dpk_args: list[str] | None = None,
+                echo: Callable[[str], None] = _echo) -> tuple[Path, pd.DataFrame, dict[str, float]]:
+    """Run ncu on a child `dpk once`, passing each line ncu and the child print to `echo` as it comes (ncu's
+    `==PROF==` progress), then read the report's kernels."""
     ncu = ncu_binary()
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / f"{family}-{variant}-{case_id}.ncu-rep"
     cmd = profile_command(ncu, family, variant, case_id, report, section_set, extra_metrics or [], dpk_args or [])
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    tail: collections.deque[str] = collections.deque(maxlen=15)
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            tail.append(line.rstrip("\n"))
+            echo(tail[-1])
     if proc.returncode or not report.exists():
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-        raise RuntimeError(f"ncu failed (exit {proc.returncode}):\n{tail}")
+        raise RuntimeError(f"ncu failed (exit {proc.returncode}):\n" + "\n".join(tail))
     kernels = read_raw_csv(ncu, report)
     if kernels.empty:
         raise RuntimeError(f"ncu profiled no kernel inside {ncu_filter(family, variant, case_id)}")

@@ -1,7 +1,8 @@
 """Variant registry: families and their variants, discovered by scanning plugin folders.
 
 A family lives in `<kernels-dir>/<family>/`. Every `*.py` file there whose name does not start with `_`
-is imported (as part of a package `dpk.families.<family>`, so relative imports work); files register
+is imported (as part of a package `dpk.families.<family>`, so relative imports work; `load(package=...)` picks
+another parent package, so a second copy of the kernels can be imported beside the first); files register
 with two decorators and no central list:
 
     dpk.family("conv1d", make_inputs=..., tolerance=..., work=...)  # on the reference function
@@ -19,7 +20,7 @@ import os
 import shutil
 import sys
 import types
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,20 +226,23 @@ def _load_module(name: str, path: Path, package_path: Path | None = None) -> typ
     return mod
 
 
-def _ensure_parent_package() -> None:
-    if PLUGIN_PACKAGE not in sys.modules:
-        pkg = types.ModuleType(PLUGIN_PACKAGE)
+def _ensure_parent_package(package: str) -> None:
+    if package not in sys.modules:
+        pkg = types.ModuleType(package)
         pkg.__path__ = []  # namespace for plugin families, filled by path
-        sys.modules[PLUGIN_PACKAGE] = pkg
+        sys.modules[package] = pkg
 
 
-def load(kernel_dirs: Iterable[Path], strict: bool = False) -> Registry:
-    """Import every family folder under `kernel_dirs` into a fresh Registry.
+def load(kernel_dirs: Iterable[Path], strict: bool = False, package: str = PLUGIN_PACKAGE,
+         families: Collection[str] | None = None) -> Registry:
+    """Import every family folder under `kernel_dirs` (only those named in `families`, if given) into a fresh
+    Registry, as modules of `package` (`dpk.families.<family>.<file>`): two registries loaded under different
+    packages (`dpk ab`'s two sides) import side by side.
 
     A module that fails to import is recorded in `load_errors` (shown by `dpk list`) rather than raised,
     unless `strict` (tests use it to prove the shipped families import cleanly).
     """
-    _ensure_parent_package()
+    _ensure_parent_package(package)
     reg = Registry()
     _active.append(reg)
     try:
@@ -247,15 +251,16 @@ def load(kernel_dirs: Iterable[Path], strict: bool = False) -> Registry:
             if not kdir.is_dir():
                 raise FileNotFoundError(f"kernels dir {kdir} does not exist")
             for fam_dir in sorted(p for p in kdir.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
-                _load_family_dir(reg, fam_dir, strict)
+                if families is None or fam_dir.name in families:
+                    _load_family_dir(reg, fam_dir, strict, package)
     finally:
         _active.pop()
     reg.validate()
     return reg
 
 
-def _load_family_dir(reg: Registry, fam_dir: Path, strict: bool) -> None:
-    pkg_name = f"{PLUGIN_PACKAGE}.{fam_dir.name}"
+def _load_family_dir(reg: Registry, fam_dir: Path, strict: bool, package: str) -> None:
+    pkg_name = f"{package}.{fam_dir.name}"
     for mod in [m for m in sys.modules if m == pkg_name or m.startswith(pkg_name + ".")]:
         del sys.modules[mod]  # a fresh load re-runs the decorators
     init = fam_dir / "__init__.py"

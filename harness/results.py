@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import tempfile
 from collections.abc import Iterable
@@ -110,6 +111,8 @@ class Run:
             doc = json.loads(self.path.read_text())
         except (OSError, json.JSONDecodeError) as e:
             raise ValueError(f"cannot read run {self.path}: {e}") from e
+        if not isinstance(doc, dict) or not {"run_id", "fingerprint", "rows"} <= set(doc):
+            raise ValueError(f"{self.path} is not a stored dpk run (no run_id, fingerprint and rows)")
         self.run_id: str = doc["run_id"]
         self.fingerprint: dict[str, Any] = doc["fingerprint"]
         self.meta: dict[str, Any] = doc.get("meta", {})
@@ -134,11 +137,21 @@ class Run:
             "is incomplete (interrupted)"
 
 
+RUN_ID_RE = re.compile(r"^\d{8}T\d{6}-.+-[0-9a-f]{4}$")  # RunWriter's `<stamp>-<sha7>-<hex4>`
+
+
+def is_run(json_path: Path) -> bool:
+    """Whether a path is a stored dpk run: `<machine>/<run-id>.json` with its `.csv` beside it (not asv's or
+    ncu's files, which also live under results/)."""
+    return bool(RUN_ID_RE.match(json_path.stem)) and json_path.with_suffix(".csv").is_file()
+
+
 def list_runs(results_dir: Path, machine: str | None = None) -> list[Path]:
     """Stored runs (their JSON files), oldest first: by the run id's timestamp (to the second), then by when the
     file was last written (two runs started in the same second; the id's random suffix says nothing of order)."""
     pattern = f"{machine}/*.json" if machine else "*/*.json"
-    return sorted(Path(results_dir).glob(pattern), key=lambda p: (p.name.split("-", 1)[0], p.stat().st_mtime_ns))
+    runs = [p for p in Path(results_dir).glob(pattern) if is_run(p)]
+    return sorted(runs, key=lambda p: (p.name.split("-", 1)[0], p.stat().st_mtime_ns))
 
 
 def resolve_run(spec: str, results_dir: Path, machine: str | None = None) -> Run:

@@ -64,13 +64,12 @@ class Session:
 
     def find_case(self, family: str, name: str, suite: str | None = None) -> Case:
         """A case by name or id, searched in `suite` or else in every suite of the family."""
+        self.registry.family(family)
         sf = self.suites.get(family)
-        suites = [suite] if suite else sorted(sf.suites) if sf else []
-        for s in suites:
+        for s in [suite] if suite else sorted(sf.suites) if sf else []:
             for c in self.cases(family, s, [name]):
                 return c
-        known = sorted({c.id for s in suites for c in self.cases(family, s)})
-        raise KeyError(f"no case {name!r} of {family} in suite(s) {suites}; e.g. {known[:6]}")
+        raise KeyError(cases_mod.unknown_case([sf] if sf else [], name, suite))
 
     def plan(self, sel: Selection) -> list[tuple[str, Case, list[Variant]]]:
         """(family, case, variants) groups, so each case's reference is computed once."""
@@ -88,6 +87,10 @@ class Session:
             for c in self.cases(f, sel.suite, sel.cases, sel.dtypes):
                 if vs:
                     out.append((f, c, vs))
+        files = [self.suites[f] for f in fams if f in self.suites]
+        for name in sel.cases:  # a case name that selects nothing is a typo, not an empty selection
+            if not any(self.cases(f, sel.suite, [name]) for f in fams):
+                raise KeyError(cases_mod.unknown_case(files, name, sel.suite))
         return out
 
     def check(self, sel: Selection, deep: bool = True) -> Iterator[parity.ParityResult]:
@@ -146,8 +149,8 @@ class Session:
 
     def _size_copy_fields(self, timer: Timer, nbytes: int, mode: str, meas: Measurement) -> dict[str, Any]:
         """The row's time against a copy of its bytes (the faster of two copy kernels: `size_matched_copies`),
-        timed in the same mode right after the row, not once per size: an H100 drew a 1 MB cold copy at 4.13 us
-        in one measurement and 4.70 in another, and a ratio of two far-apart draws moved by 15 %."""
+        timed in the same mode right after the row, not once per size: two measurements of one small copy made
+        far apart can differ by more than the effect the ratio is meant to show."""
         if not self.size_copy or not nbytes:
             return {}
         nbytes = int(nbytes)

@@ -1,4 +1,5 @@
-"""The one timing engine. Everything that reports a time (CLI, pytest-benchmark, asv) calls `Timer.measure`.
+"""The one timing engine. Everything that reports a time (CLI, pytest-benchmark, asv, `dpk ab`) calls
+`Timer.measure` or `Timer.measure_interleaved`; both run the same sampling loop.
 
 GPU (CUDA events, one pair per sample, all kept samples stored). Every mode times the DEVICE; the host's cost
 of one call is measured separately (`host_s`), so a row does not move with the host CPU's speed:
@@ -11,14 +12,12 @@ of one call is measured separately (`host_s`), so a row does not move with the h
          queued behind the same kind of spin: device time per call with a warm L2, the GPU-side gaps between
          launches included. An eager loop costs max(host_s, hot) per call.
   graph  K calls captured in one CUDA graph and replayed behind the same kind of spin; sample = replay time / K:
-         device time with launch overhead removed. Without the spin the event pair also timed the host's
-         submission of the replay (the stream is idle until it lands): an H100 run timed a 1.9 us kernel at
-         5.8 us, its K sized at 6 from a pilot replay equally delayed by the host.
-One sample in flight: the host waits for each sample's end event before it queues the next (nvbench's cold
-loop syncs per sample too). With samples queued ahead, the next sample's flush, spin and events reached the GPU
-while the call ran; an H100 then timed a one-element add, a 1 MB copy and a 6 us kernel all ~0.65 us slower, with
-a period of four samples (one position in four ~1 us slow) and a p10-p90 range of ~1.4 us instead of ~0.3
-(results/nvidia-h100-80gb-hbm3/tune/cold-period-probe-20261125.txt).
+         device time with launch overhead removed. The spin matters here too: on an idle stream the event pair
+         would also time the host's submission of the replay, and a host stall would inflate both the samples
+         and the pilot replay that sizes K.
+One sample in flight: the host waits for each sample's end event before it queues the next (as nvbench's cold
+loop does). Samples queued ahead let the next sample's flush, spin and events reach the GPU while the call still
+runs, which adds a constant and a periodic pattern to the samples of microsecond kernels.
 Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
 spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
 the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
@@ -29,17 +28,21 @@ host, not the kernel, and `dpk compare` judges it on host-speed-normalised sampl
 fixed host workload timed between the row's batches.
 
 Stopping: warm up for `warmup_s`, then sample in growing batches until the ~95% CI of the median is
-within `target_rel` of it (after `min_samples` and `min_time_s` of sampling), or `budget_s` runs out. One in
-flight, cold samples of a us kernel are so tight that precision came after 12 samples, ~2 ms: an H100 row drew a
-whole measurement ~0.6 us slow that way (fused gn_mish b1_c256_l1024 6.53 us, n 12, against 5.84-5.92 in four
-other measurements; cause unknown), so a row now samples for at least `min_time_s`. CPU runs use the same loop and
-statistics with `clock` (time.perf_counter by default; tests inject a fake clock).
+within `target_rel` of it (after `min_samples` and `min_time_s` of sampling), or `budget_s` runs out. The
+minimum time matters because the samples of one measurement can be tight and still all be offset: precision
+reached after a dozen samples would let one short, unlucky stretch of time decide the row.
+
+Interleaved (`measure_interleaved`, for `dpk ab`): several callables sampled in turn, A, B, A, B, ..., inside
+the same batches of the same loop, so a drift of clocks or host speed during the measurement touches every side
+alike; it stops when every side has its precision, or at the budget.
+
+CPU runs use the same loop and statistics with `clock` (time.perf_counter by default; tests inject a fake clock).
 """
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -48,8 +51,9 @@ import torch
 from .clocks import ClockTrace, nvml_for
 from .registry import Unavailable
 from .stats import Stats, summarize
-from .timing_aids import flush_buffer, host_probe_s, sm_hz
+from .timing_aids import Side, flush_buffer, host_probe_s, sm_hz
 
+TIMING_ENGINE = 4  # stored in each run's fingerprint; a change to what a sample measures bumps it (caveats.py)
 MODES = ("cold", "hot", "graph")
 PROBED = ("cold", "hot")  # modes whose calls can be host-bound (a graph replay never waits for the device)
 
@@ -127,12 +131,13 @@ class Timer:
                 self._sync()
         self._sync()
 
-    def _done(self, samples: list[float], start: float, deadline: float, now: float) -> str:
-        n = len(samples)
-        if n >= self.cfg.max_samples:
+    def _done(self, sides: list[list[float]], start: float, deadline: float, now: float) -> str:
+        """Why sampling stops now ('' to go on): every side must have its precision; one full side ends it."""
+        n = min(len(s) for s in sides)
+        if max(len(s) for s in sides) >= self.cfg.max_samples:
             return "max_samples"
         if (n >= self.cfg.min_samples and now - start >= self.cfg.min_time_s
-                and summarize(samples).rel_spread <= self.cfg.target_rel):
+                and all(summarize(s).rel_spread <= self.cfg.target_rel for s in sides)):
             return "precision"
         if now >= deadline and n >= min(self.cfg.min_samples, 3):
             return "budget"
@@ -141,94 +146,107 @@ class Timer:
     # -- public ----------------------------------------------------------------------------------
     def measure(self, fn: Callable[[], Any], mode: str) -> Measurement:
         """Sample `fn` in `mode` ('cold' | 'hot' | 'graph')."""
+        return self.measure_interleaved([fn], mode)[0]
+
+    def measure_interleaved(self, fns: Sequence[Callable[[], Any]], mode: str) -> list[Measurement]:
+        """Sample several callables in turn (A, B, A, B, ... within each batch of one loop), one Measurement
+        each, in `fns`' order. Sampling stops when every side has its precision, or at the budget."""
         if mode not in MODES:
             raise ValueError(f"unknown timing mode {mode!r}; modes: {', '.join(MODES)}")
+        if not fns:
+            raise ValueError("nothing to measure")
         if mode == "graph":
             if not self.cuda:
                 raise Unavailable("graph mode needs a CUDA GPU")
-            replay, k = self._capture(fn)
-            m = self._measure_cuda(replay, "graph", k)
-            del replay
-            return m
+            replays = [self._capture(fn) for fn in fns]
+            ms = self._measure_cuda(replays, "graph")
+            del replays
+            return ms
         if not self.cuda:
-            return self._measure_cpu(fn, mode)  # perf_counter costs ~0.1 us: one call per sample is fine
+            return self._measure_cpu(list(fns), mode)  # perf_counter costs ~0.1 us: one call per sample is fine
         if mode == "hot":
-            m = self._calls_per_sample(fn, self.cfg.hot_target_s, self.cfg.hot_max_calls, self._wall_pilot(fn))
+            return self._measure_cuda([self._hot_batch(fn) for fn in fns], "hot")
+        return self._measure_cuda([(fn, 1) for fn in fns], mode)
 
-            def batch() -> None:
-                for _ in range(m):
-                    fn()
-            return self._measure_cuda(batch, "hot", m)
-        return self._measure_cuda(fn, mode, 1)
+    def _hot_batch(self, fn: Callable[[], Any]) -> tuple[Callable[[], None], int]:
+        """M back-to-back calls of `fn` as one callable, M sized from a wall-time pilot."""
+        m = self._calls_per_sample(fn, self.cfg.hot_target_s, self.cfg.hot_max_calls, self._wall_pilot(fn))
 
-    def _measure_cpu(self, fn: Callable[[], Any], mode: str) -> Measurement:
+        def batch() -> None:
+            for _ in range(m):
+                fn()
+        return batch, m
+
+    def _measure_cpu(self, fns: list[Callable[[], Any]], mode: str) -> list[Measurement]:
         clock = self.cfg.clock
-        self._warmup(fn)
-        samples: list[float] = []
+        for fn in fns:
+            self._warmup(fn)
+        sides: list[list[float]] = [[] for _ in fns]
         start = clock()
         deadline = start + self.cfg.budget_s
-        while not (stopped := self._done(samples, start, deadline, clock())):
-            if mode == "cold":
-                self._flush()
-            t0 = clock()
-            fn()
-            samples.append(clock() - t0)
-        return Measurement(mode, "perf_counter", samples, summarize(samples), host_s=summarize(samples).median,
-                           stopped=stopped)
+        while not (stopped := self._done(sides, start, deadline, clock())):
+            for fn, samples in zip(fns, sides):
+                if mode == "cold":
+                    self._flush()
+                t0 = clock()
+                fn()
+                samples.append(clock() - t0)
+        return [Measurement(mode, "perf_counter", s, summarize(s), host_s=summarize(s).median, stopped=stopped)
+                for s in sides]
 
-    def _measure_cuda(self, fn: Callable[[], Any], mode: str, k: int) -> Measurement:
-        self._warmup(fn)
-        cover = self._cover_cycles(fn)  # every mode queues its calls behind a spin
-        grow = self.cfg.cover_grow
-        waits = False  # set when the call turns out to synchronise with the device
+    def _measure_cuda(self, calls: list[tuple[Callable[[], Any], int]], mode: str) -> list[Measurement]:
+        """The GPU loop over one or more sides, each `(fn, k)`: fn makes k calls, a sample is its time / k."""
+        sides = []
+        for fn, k in calls:
+            self._warmup(fn)
+            sides.append(Side(fn, k, self._cover_cycles(fn), self.cfg.cover_grow))  # every mode spins
         nvml, trace = nvml_for(self.device), ClockTrace()
         nvml.sample(trace)
-        samples: list[float] = []
-        host: list[float] = []
-        late: list[bool] = []  # per kept sample: the spin had ended before the call was queued
         probe: list[float] = []
         start = time.perf_counter()
         deadline = start + self.cfg.budget_s
         batch = 4
         e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         while True:
-            b_samples, b_host, b_late = [], [], []
+            for side in sides:
+                side.batch = ([], [], [])
             for _ in range(batch):
-                if mode == "cold":
-                    self._flush()
-                if waits:
-                    self._sync()  # the call will wait for the device anyway: let it find the flush done
-                else:
-                    torch.cuda._sleep(cover)
-                e0.record()
-                h0 = time.perf_counter()
-                fn()
-                b_host.append((time.perf_counter() - h0) / k)
-                e1.record()
-                b_late.append(waits or e0.query())
-                e1.synchronize()  # one sample at a time: see "One sample in flight" above
-                b_samples.append(e0.elapsed_time(e1) / 1e3 / k)
+                for side in sides:  # interleaved: A, B, A, B, ... within the batch
+                    self._sample(side, mode, e0, e1)
             if mode in PROBED:  # only cold/hot rows can be host-bound and judged per host op
                 probe.append(host_probe_s(self.device))
-            if any(b_late) and grow > 0:  # the spin was too short: discard the batch, spin longer
-                if all(b_late) and grow < self.cfg.cover_grow:
-                    waits, grow = True, 0  # all late twice: the call waits for the device, no spin helps
-                else:
-                    cover, grow = min(2 * cover, self._cycles(self.cfg.cover_max_s)), grow - 1
-                continue
-            samples += b_samples
-            host += b_host
-            late += b_late
+            if any([side.too_short(self._cycles(self.cfg.cover_max_s), self.cfg.cover_grow) for side in sides]):
+                continue  # a spin was too short: discard the batch (every side's), that side spins longer
+            for side in sides:
+                side.keep()
             nvml.sample(trace)
-            if stopped := self._done(samples, start, deadline, time.perf_counter()):
+            if stopped := self._done([side.samples for side in sides], start, deadline, time.perf_counter()):
                 break
-            spent = sum(samples[-batch:]) * k
+            spent = sum(sum(side.samples[-batch:]) * side.k for side in sides)
             batch = int(min(max(batch * 2, 4), 256, max(4, 0.05 / max(spent / batch, 1e-7))))
-        return Measurement(mode, "cuda_event", samples, summarize(samples),
-                           host_s=None if mode == "graph" else summarize(host).median, calls_per_sample=k,
-                           stopped=stopped, clocks=trace.summary(), throttled=trace.throttled,
-                           uncovered=sum(late) / len(late),
-                           host_probe_s=summarize(probe).median if probe else None)
+        return [Measurement(mode, "cuda_event", side.samples, summarize(side.samples),
+                            host_s=None if mode == "graph" else summarize(side.host).median, calls_per_sample=side.k,
+                            stopped=stopped, clocks=trace.summary(), throttled=trace.throttled,
+                            uncovered=sum(side.late) / len(side.late),
+                            host_probe_s=summarize(probe).median if probe else None) for side in sides]
+
+    def _sample(self, side: Side, mode: str, e0: torch.cuda.Event, e1: torch.cuda.Event) -> None:
+        """One sample of one side: flush (cold), spin, events around the call, wait for it to finish."""
+        b_samples, b_host, b_late = side.batch
+        if mode == "cold":
+            self._flush()
+        if side.waits:
+            self._sync()  # the call will wait for the device anyway: let it find the flush done
+        else:
+            torch.cuda._sleep(side.cover)
+        e0.record()
+        h0 = time.perf_counter()
+        side.fn()
+        b_host.append((time.perf_counter() - h0) / side.k)
+        e1.record()
+        b_late.append(side.waits or e0.query())
+        e1.synchronize()  # one sample at a time: see "One sample in flight" above
+        b_samples.append(e0.elapsed_time(e1) / 1e3 / side.k)
 
     def _graph(self, fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
         side = torch.cuda.Stream(self.device)
@@ -255,7 +273,7 @@ class Timer:
         ~graph_target_s."""
         pilot = self._graph(fn, 4)
         quick = replace(self.cfg, min_samples=3, budget_s=0.0, warmup_s=0.0)
-        per_call = Timer(self.device, quick)._measure_cuda(pilot.replay, "graph", 4).stats.min
+        per_call = Timer(self.device, quick)._measure_cuda([(pilot.replay, 4)], "graph")[0].stats.min
         del pilot
         k = self._calls_per_sample(fn, self.cfg.graph_target_s, self.cfg.graph_max_calls, per_call)
         return self._graph(fn, k).replay, k

@@ -1,11 +1,13 @@
-"""What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe, and the
-size-matched copy that a row's bandwidth is also judged against."""
+"""What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe, the state
+the loop keeps per timed callable, and the size-matched copy that a row's bandwidth is also judged against."""
 from __future__ import annotations
 
 import functools
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -77,11 +79,41 @@ def size_matched_copies(nbytes: int, device: torch.device) -> list[Callable[[], 
     its input and one write of its output: `copy_` (on a GPU the driver's device-to-device memcpy) and an elementwise
     kernel (`mul(src, 1, out=dst)`). Timed in the same mode as a row, the faster is the roofline at that size: a cold
     2 MB copy pays the same kernel start and DRAM latency as the kernel it is compared with, which the 512 MiB probe of
-    the fingerprint amortises away. Two, because an H200 ran the memcpy of 16 781 312 bytes in 9.9-11.3 us and of
-    16 793 600 bytes in 7.9-8.1 us, for each of four placements of the two buffers (33 556 480 bytes: 13.1-14.2
-    against 11.3-11.7 us for 33 562 624), while the elementwise kernel took 7.8 and 11.6-11.7 us for both pairs
-    (results/nvidia-h200/tune/copy-size-probe-20261122.txt; why the memcpy minds those sizes is not known)."""
+    the fingerprint amortises away. Two, because the driver's memcpy is much slower than an elementwise copy at some
+    sizes (for every placement of the buffers) and not at sizes a few KB away, while the elementwise kernel is
+    steady; the faster of the two is the copy a kernel could have matched."""
     n = max(1, nbytes // 8)  # float32 elements per buffer
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
     return [lambda: dst.copy_(src), lambda: torch.mul(src, 1.0, out=dst)]
+
+
+@dataclass
+class Side:
+    """The timing loop's state for one callable of a measurement: its spin, cover check and samples."""
+
+    fn: Callable[[], Any]
+    k: int  # calls per sample
+    cover: int  # spin cycles before each sample
+    grow: int  # doublings of the spin left
+    waits: bool = False  # the call synchronises with the device: sampled after a sync, without a spin
+    samples: list[float] = field(default_factory=list)
+    host: list[float] = field(default_factory=list)
+    late: list[bool] = field(default_factory=list)  # per kept sample: the spin ended before the call was queued
+    batch: tuple[list[float], list[float], list[bool]] = ([], [], [])  # the current batch's samples, host, late
+
+    def too_short(self, max_cycles: int, cover_grow: int) -> bool:
+        """Whether this batch is discarded because the spin fell short; grows the spin (or gives up on it)."""
+        late = self.batch[2]
+        if not (any(late) and self.grow > 0):
+            return False
+        if all(late) and self.grow < cover_grow:
+            self.waits, self.grow = True, 0  # all late twice: the call waits for the device, no spin helps
+        else:
+            self.cover, self.grow = min(2 * self.cover, max_cycles), self.grow - 1
+        return True
+
+    def keep(self) -> None:
+        self.samples += self.batch[0]
+        self.host += self.batch[1]
+        self.late += self.batch[2]

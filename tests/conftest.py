@@ -1,6 +1,7 @@
 """Shared fixtures. Importing dpk first sets TRITON_INTERPRET=1 on machines without a GPU."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -35,3 +36,13 @@ def toy_session() -> Session:
 @pytest.fixture(scope="session")
 def project_session() -> Session:
     return Session(strict=True)
+
+
+def toy_copy(dest: Path, edits: dict[str, tuple[str, str]] | None = None) -> Path:
+    """A copy of the toy family under `dest/kernels/toy`, with `file: (old, new)` text edits; returns `dest`."""
+    shutil.copytree(TOY_KERNELS / "toy", dest / "kernels" / "toy", ignore=shutil.ignore_patterns("__pycache__"))
+    for name, (old, new) in (edits or {}).items():
+        path = dest / "kernels" / "toy" / name
+        assert old in path.read_text(), (name, old)
+        path.write_text(path.read_text().replace(old, new))
+    return dest

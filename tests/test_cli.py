@@ -1,11 +1,16 @@
 """CLI smoke tests on the toy plugin folder (loaded by path) and on the project's smoke suite."""
 from __future__ import annotations
 
+import os
+import re
+import sys
+
 import pytest
 
 from dpk import cli, results, runner, timing
 
-from .conftest import DEVICE, TOY_KERNELS, TOY_SUITES
+from .conftest import DEVICE, ROOT, TOY_KERNELS, TOY_SUITES, toy_copy
+from .test_results import fingerprint, row
 
 TOY = ["--kernels-dir", str(TOY_KERNELS), "--suites-dir", str(TOY_SUITES)]
 
@@ -15,6 +20,8 @@ def test_list_shows_availability_and_filters(capsys):
     out = capsys.readouterr().out
     assert "side_stream" in out and "dpk@toy/torch/" in out
     assert ("no: needs a CUDA GPU" in out) == (DEVICE.type == "cpu")
+    assert cli.main(["list", "--family", "toy,nope", *TOY]) == 2  # listing nothing of a family is an error
+    assert "unknown family 'nope'" in capsys.readouterr().err
 
 
 def test_check_reports_broken_variants_and_fails(capsys):
@@ -106,3 +113,96 @@ def test_ncu_filter(capsys):
     out, err = capsys.readouterr()
     assert out.strip() == "dpk@toy/torch/m7_n13.fp32/"
     assert "--nvtx-include dpk@toy/torch/m7_n13.fp32/" in err and "--clock-control none" in err
+
+
+def test_show_latest_is_a_stored_run_not_an_asv_or_ncu_file(tmp_path, capsys):
+    """results/ also holds asv's benchmarks.json and ncu's CSVs: `latest` must only pick `<machine>/<run-id>` runs."""
+    w = results.RunWriter(tmp_path, fingerprint(), {})
+    w.add(row("a", 1.0), [1e-6] * 3)
+    (tmp_path / "asv").mkdir()
+    (tmp_path / "asv" / "benchmarks.json").write_text('{"version": 2}')  # newer, and sorts after the run id
+    (tmp_path / "ncu").mkdir()
+    (tmp_path / "ncu" / "conv1d-stream-x.fp32.csv").write_text("kernel\n")
+    assert results.list_runs(tmp_path) == [w.json_path]
+    assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith(f"run {w.run_id}:")
+    with pytest.raises(ValueError, match="not a stored dpk run"):
+        results.Run(tmp_path / "asv" / "benchmarks.json")
+
+
+def test_selecting_nothing_is_an_error_that_names_the_problem(capsys):
+    assert cli.main(["check", "--family", "toy", "--case", "m7_n1", *TOY]) == 2
+    assert "no case 'm7_n1' of toy in suite smoke; similar: m7_n13" in capsys.readouterr().err
+    assert cli.main(["bench", "--family", "toy", "--case", "m256_n1024", "--no-save", *TOY]) == 2
+    assert "case 'm256_n1024' of toy is in suite pusht, not smoke" in capsys.readouterr().err
+    assert cli.main(["check", "--case", "zzz_nothing_like_it", *TOY]) == 2  # every family: still an error
+    assert "known: " in capsys.readouterr().err
+    assert cli.main(["ncu-filter", "toy", "torch", "--case", "nosuch", *TOY]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and "no case 'nosuch' of toy in any suite" in err
+    assert cli.main(["ncu-filter", "toy", "torch", "--case", "m7_n13", *TOY]) == 0  # a name: its case id
+    assert capsys.readouterr().out.strip() == "dpk@toy/torch/m7_n13.fp32/"
+
+
+FAKE_NCU = """\
+#!{python}
+# A stand-in for Nsight Compute: notes that it started, runs the profiled command, writes a report, and answers
+# `--import` with one kernel row.
+import os, subprocess, sys
+args = sys.argv[1:]
+if "--import" in args:
+    print('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum"')
+    print('"","","ns","byte","byte"')
+    print('"0","toy_kernel","2000","4096","1024"')
+    sys.exit(0)
+with open(os.environ["DPK_TOY_CALL_LOG"], "a") as log:
+    log.write(f"ncu {{os.getpid()}}\\n")
+print("==PROF== Connected to process", flush=True)
+export = args.index("--export")
+subprocess.run(args[export + 2:], check=True)
+print("==PROF== Profiling toy_kernel: 0%....50%....100% - 1 pass", flush=True)
+open(args[export + 1], "w").write("report")
+print("==PROF== Disconnected", flush=True)
+"""
+
+LOGGED_VARIANT = """\
+import os
+
+import torch
+
+import dpk
+
+
+@dpk.variant("toy", "logged")
+def logged(a, v, c):
+    \"\"\"torch.mv + bias; notes each call's process in $DPK_TOY_CALL_LOG.\"\"\"
+    with open(os.environ["DPK_TOY_CALL_LOG"], "a") as log:
+        log.write(f"call {os.getpid()}\\n")
+    return torch.mv(a, v) + c
+"""
+
+
+def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, monkeypatch, capsys):
+    """`dpk ncu` calls the variant once in its own process (where a CUDA build fills the cache, with progress) and
+    only then runs ncu, whose lines it passes on as they come; the child under ncu reuses what was built."""
+    kernels = toy_copy(tmp_path / "side") / "kernels"
+    (kernels / "toy" / "logged.py").write_text(LOGGED_VARIANT)
+    (tmp_path / "bin").mkdir()
+    ncu = tmp_path / "bin" / "ncu"
+    ncu.write_text(FAKE_NCU.format(python=sys.executable))
+    ncu.chmod(0o755)
+    log = tmp_path / "calls.log"
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("DPK_TOY_CALL_LOG", str(log))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    assert cli.main(["ncu", "toy", "logged", "--case", "m7_n13", "--kernels-dir", str(kernels),
+                     "--suites-dir", str(TOY_SUITES), "--results-dir", str(tmp_path / "res")]) == 0
+    events = log.read_text().splitlines()
+    assert events[0] == f"call {os.getpid()}" and events[1].startswith("ncu ")  # prepared here, then profiled
+    assert len(events) == 2 + 4 and all(e.startswith("call ") and e != events[0] for e in events[2:])  # child
+    out, err = capsys.readouterr()
+    assert re.search(r"building/warming toy\.logged on m7_n13\.fp32 \.\.\. \d+ s", err), err
+    assert err.index("building/warming") < err.index("==PROF== Connected") < err.index("==PROF== Disconnected")
+    assert "ran toy.logged on m7_n13.fp32 1x inside dpk@toy/logged/m7_n13.fp32/" in err  # the child's output
+    assert "toy_kernel" in out and "ncu_duration_us: 2" in out
+    assert (tmp_path / "res" / "ncu" / "toy-logged-m7_n13.fp32.summary.csv").exists()

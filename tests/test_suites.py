@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from dpk import cases
+from dpk import cases, cli
 from dpk.cases import SuiteError
 
 from .conftest import ROOT
@@ -44,3 +44,22 @@ def test_grid_and_defaults(tmp_path):
     assert len(got) == 2 * 3 * 2
     assert got[0].id == "b1_t0.fp32" and got[0]["L"] == 4 and got[0].seed == got[1].seed
     assert ROOT.exists()
+
+
+def test_a_suites_dir_adds_suites_to_a_family_and_one_suite_twice_is_an_error(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "conv1d.yaml").write_text("family: conv1d\nsuites:\n  mine:\n    cases:\n"
+                                      "      - {name: my_c8_c8_l4_k3, B: 1, Cin: 8, Cout: 8, L: 4, K: 3}\n")
+    sf = cases.load_suites([ROOT / "suites", mine])["conv1d"]
+    assert {"smoke", "pusht", "sweep", "mine"} <= set(sf.suites)
+    assert sf.sources["mine"] == mine / "conv1d.yaml" and sf.sources["smoke"] == ROOT / "suites" / "conv1d.yaml"
+    assert [c.id for c in sf.suites["mine"]] == ["my_c8_c8_l4_k3.fp32"]
+    assert cli.main(["check", "--family", "conv1d", "--variant", "triton", "--suite", "mine", "--quick",
+                     "--suites-dir", str(mine)]) == 0
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / "conv1d.yaml").write_text("family: conv1d\nsuites:\n  smoke:\n    cases:\n      - {name: a, B: 1}\n")
+    with pytest.raises(SuiteError, match=f"suite 'smoke' of family 'conv1d' is declared in both "
+                                         f"{ROOT / 'suites' / 'conv1d.yaml'} and {twice / 'conv1d.yaml'}"):
+        cases.load_suites([ROOT / "suites", twice])

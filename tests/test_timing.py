@@ -1,9 +1,11 @@
-"""Timing engine on CPU: stats on a fake clock, adaptive stopping, modes."""
+"""Timing engine on CPU: stats on a fake clock, adaptive stopping, modes, interleaved sides (also through the GPU
+loop, on fake CUDA events)."""
 from __future__ import annotations
 
 import itertools
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -168,3 +170,94 @@ def test_size_matched_copies_move_the_bytes():
     out.zero_()
     torch.testing.assert_close(copies[1](), first)
     assert copies[0]().data_ptr() == out_ptr  # one destination, written by both
+
+
+def test_interleaved_samples_alternate_in_one_loop_and_stop_when_every_side_is_precise():
+    """measure_interleaved on CPU: A, B, A, B, ... in one loop; each side keeps its own samples; a steady side
+    alone does not stop the loop while the other is still short of its precision."""
+    clock = FakeClock([0.0])
+    order: list[str] = []
+
+    def side(name: str, durations: list[float]):
+        it = itertools.cycle(durations)
+
+        def fn() -> None:
+            order.append(name)
+            clock.t += next(it)
+        return fn
+    cfg = TimingConfig(clock=clock, warmup_s=0.0, min_samples=10, min_time_s=0.0, target_rel=0.05, budget_s=1e9)
+    a, b = Timer(torch.device("cpu"), cfg).measure_interleaved(
+        [side("A", [1e-3]), side("B", [2e-3, 2e-3, 2e-3, 4e-3] * 3 + [2e-3] * 40)], "hot")
+    assert a.stats.median == pytest.approx(1e-3) and b.stats.median == pytest.approx(2e-3)
+    assert a.stats.n == b.stats.n > 10 and a.stopped == b.stopped == "precision"  # B needed more than A alone
+    assert order[:6] == ["A"] * 3 + ["B"] * 3  # each side's warm-up (3 calls), then the samples in turn
+    assert order[6:] == ["A", "B"] * a.stats.n
+
+
+class FakeEvent:
+    """torch.cuda.Event on the fake clock: record() notes the time, query() says whether the spin had ended."""
+
+    clock: FakeClock
+    late: Callable[[], bool]
+
+    def __init__(self, enable_timing: bool = False) -> None:
+        self.t = 0.0
+
+    def record(self) -> None:
+        self.t = self.clock.t
+
+    def query(self) -> bool:
+        return self.late()
+
+    def synchronize(self) -> None:
+        pass
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def test_interleaved_gpu_loop_on_fake_cuda(monkeypatch):
+    """The CUDA loop (events, spin, cover check) on CPU with fake events: two sides sampled in turn inside the same
+    batches; a side whose spin falls short has its batch discarded and only its spin doubled."""
+    from dpk import timing
+
+    clock = FakeClock([0.0])
+    sleeps: list[int] = []
+    calls: list[str] = []
+    late_b = {"batches": 1}  # side B's first batch finds the spin ended before the call was queued
+
+    def late() -> bool:
+        return calls[-1] == "B" and late_b["batches"] > 0
+
+    FakeEvent.clock, FakeEvent.late = clock, staticmethod(late)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "_sleep", sleeps.append)
+    monkeypatch.setattr(timing, "host_probe_s", lambda device: 1e-6)
+    monkeypatch.setattr(Timer, "_sync", lambda self: None)
+    monkeypatch.setattr(Timer, "_flush", lambda self: calls.append("flush"))
+    discarded = {"n": 0}
+    real_keep = timing.Side.too_short
+
+    def too_short(self, max_cycles, grow):
+        short = real_keep(self, max_cycles, grow)
+        if short:
+            discarded["n"] += 1
+            late_b["batches"] = 0
+        return short
+    monkeypatch.setattr(timing.Side, "too_short", too_short)
+
+    def side(name: str, seconds: float):
+        def fn() -> None:
+            calls.append(name)
+            clock.t += seconds
+        return fn
+    timer = Timer(torch.device("cpu"), TimingConfig(warmup_s=0.0, min_samples=8, min_time_s=0.0, budget_s=1e9))
+    timer.cuda = True
+    a, b = timer.measure_interleaved([side("A", 1e-5), side("B", 3e-5)], "cold")
+    assert a.timer == b.timer == "cuda_event" and a.stats.n == b.stats.n >= 8
+    assert a.stats.median == pytest.approx(1e-5) and b.stats.median == pytest.approx(3e-5)
+    assert a.uncovered == b.uncovered == 0.0 and discarded["n"] == 1
+    sampled = calls[calls.index("flush"):]
+    assert sampled[:4 * 4] == ["flush", "A", "flush", "B"] * 4  # the first batch: 4 rounds of A then B
+    assert len(sleeps) == 2 * 4 + 2 * a.stats.n  # the discarded batch's spins, then the kept samples'
+    assert sleeps[8:10] == [sleeps[0], 2 * sleeps[1]]  # B's spin doubled after its late batch; A's kept

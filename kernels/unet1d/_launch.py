@@ -35,7 +35,8 @@ I64, I32 = ctypes.c_int64, ctypes.c_int32
 class CSource(ctypes.Structure):
     _fields_ = [("raw", P), ("res", P), ("gamma", P), ("beta", P), ("film_a", P), ("film_b", P), ("t", P),
                 ("sb", I64), ("sc", I64), ("sl", I64), ("channels", I32), ("groups", I32), ("act", I32),
-                ("film", I32), ("film_off", I32), ("film_ld", I32), ("kind", I32), ("num_t", I32)]
+                ("film", I32), ("film_off", I32), ("film_ld", I32), ("kind", I32), ("num_t", I32), ("early", I32),
+                ("res_early", I32), ("coef_early", I32), ("pad_", I32)]
 
 
 class CSegment(ctypes.Structure):
@@ -100,7 +101,8 @@ class Resolver:
 
 def _source(s: Source, r: Resolver) -> CSource:
     return CSource(r(s.raw), r(s.res), r(s.gamma), r(s.beta), r(s.film_a), r(s.film_b), r(s.t), s.sb, s.sc, s.sl,
-                   s.channels, s.groups, s.act, s.film, s.film_off, s.film_ld, s.kind, s.num_t)
+                   s.channels, s.groups, s.act, s.film, s.film_off, s.film_ld, s.kind, s.num_t, s.early,
+                   s.res_early, s.coef_early, 0)
 
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
@@ -190,9 +192,10 @@ class Compiled:
             landed = [round(float(med[8 + i]), 2) for i in range(nst)]
             out.append({"op": op.name, "grid": n, "start_us": (start - t_first) / 1e3,
                         "span_us": float(rows[:, 7].max() - start) / 1e3} | {
-                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {"landed": landed,
-                                                                                           "s1_work": float(med[38]),
-                                                                                           "s1_sync": float(med[39])})
+                           name: float(med[i]) for i, name in enumerate(TRACE_NAMES)} | {
+                           "stored": float(med[39]), "end_abs_us": (float(rows[:, 39].max()) - t_first) / 1e3,
+                           "dep_abs_us": (start + float((rows[:, 2] - start).median()) - t_first) / 1e3,
+                           "landed": landed})
             base += n
         return out
 

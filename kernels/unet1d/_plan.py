@@ -20,11 +20,11 @@ THREADS = 512  # the most threads of a CTA
 MAX_RING = 8
 MAX_GROUPS = 32
 MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
-SMEM_BUDGET = 110 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
+SMEM_BUDGET = 113 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
 SMEM_MAX = 227 * 1024  # one CTA's opt-in limit on sm_90
-STAGE_TARGET = 16 * 1024
+STAGE_TARGET = 40 * 1024  # a warp's share of a stage must outweigh the stage's wait, barrier and refill
 STAGE_MIN = 4 * 1024
-RING_WANT = 4
+RING_WANT = 2
 SMS = 132
 
 
@@ -56,6 +56,9 @@ class Source:
     kind: int = 0  # 0 tensor, 1 sin/cos embedding of t[l]
     t: Buf | None = None
     num_t: int = 0
+    early: int = 0  # raw values written two or more ops back (or before the forward): read before the wait
+    res_early: int = 0
+    coef_early: int = 0
 
     @property
     def transformed(self) -> bool:
@@ -140,8 +143,9 @@ def smem_bytes(op: Op) -> int:
 
 def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int) -> int:
     """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
-    1/128 of cin, then (channel block, tap) units in multiples of the warps, then the least padding, then the target."""
-    target = max(8, stage_target // (rc * k * 4) // 8 * 8)
+    1/128 of cin, then channel blocks in multiples of the warps (each warp takes blocks), then the least padding,
+    then the target."""
+    target = max(8 * warps, stage_target // (rc * k * 4) // 8 * 8)
     if cin <= target:
         return -(-cin // 8) * 8
     best = None
@@ -149,7 +153,7 @@ def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int
         if cb < target // 2:
             continue
         waste = -(-cin // cb) * cb - cin
-        key = (waste > cin // 128, (cb // 8 * k) % warps != 0, waste, abs(cb - target))
+        key = (waste > cin // 128, (cb // 8) % warps != 0, waste, abs(cb - target))
         if best is None or key < best[0]:
             best = (key, cb)
     return best[1]
@@ -163,10 +167,12 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     rather than stream its weights one stage at a time."""
     total = sum(s.weight_bytes for s in op.segs)
     lout = max(s.l_out for s in op.segs)
+    if any(s.k not in (1, 2, 3, 5) for s in op.segs):
+        raise ValueError(f"op {op.name}: kernel sizes other than 1, 2, 3 and 5 are not supported by the kernels path")
     if lout > 32:
         raise ValueError(f"op {op.name}: {lout} output columns > 32 are not supported by the kernels path")
     op.cols = 8 if lout <= 8 else 16 if lout <= 16 else 32
-    nb_max = MAX_NB if op.cols <= 16 else MAX_NB // 2
+    nb_max = MAX_NB if op.cols <= 16 else 2  # two column tiles of more row blocks would spill registers
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them

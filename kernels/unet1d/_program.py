@@ -178,7 +178,28 @@ class _Builder:
         proj = m.final_conv[1]
         seg = Segment(D, d0, 1, Buf("out"), ob=T * D, oc=1, ol=D, l_out=L)
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
+        mark_early(self.ops)
         return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
+
+
+def mark_early(ops: list[Op]) -> None:
+    """Flag what each op may read before its dependency wait. An op releases its dependents only after its own
+    wait, so when op j starts, every op before j - 1 has finished: buffers they wrote, inputs written before the
+    forward and parameters are safe to read; the previous op's outputs are not."""
+    producer: dict[str, int] = {}
+
+    def old(buf: Buf | None, j: int) -> bool:
+        return buf is None or producer.get(buf.name, -1) <= j - 2
+
+    for j, op in enumerate(ops):
+        for s in op.srcs:
+            s.early = int(j >= 1 and (old(s.raw, j) if s.kind == 0 else old(s.t, j)))
+            s.res_early = int(j >= 1 and s.res is not None and old(s.res, j))
+            s.coef_early = int(j >= 1 and old(s.film_a, j) and old(s.film_b, j))
+        for seg in op.segs:
+            producer[seg.out.name] = j
+        if op.mat is not None:
+            producer[op.mat.name] = j
 
 
 def build_program(model: ConditionalUnet1D, batch: int, horizon: int, form: str = "step", sms: int = SMS

@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = [prog.phase_trace(io) for _ in range(a.runs)][-1]
     df = pd.DataFrame(rows)
     landed = df.pop("landed")
-    df["gap_us"] = df["start_us"].diff().fillna(0) - df["span_us"].shift().fillna(0)
+    # release: from the last CTA's store of an op to the median CTA of the next op passing its dependency wait
+    df["release_us"] = (df["dep_abs_us"] - df["end_abs_us"].shift()).fillna(0)
+    df = df.drop(columns=["end_abs_us", "dep_abs_us"])
     cols = list(df.columns)
     print(render(df.round(2), cols, max_width=24))
     end = df["start_us"] + df["span_us"]

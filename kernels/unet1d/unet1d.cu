@@ -99,13 +99,16 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 // value of source element (c, l) before the transform (kind 1: sin/cos embedding of t[l], as SinusoidalPosEmb,
 // its argument formed in double so that t * f_i carries no fp32 rounding)
+__device__ __noinline__ float sinusoid(const int64_t* t, int channels, int c, int l) {
+    const int half = channels / 2, i = c < half ? c : c - half;
+    const double f = exp(-static_cast<double>(i) * (9.210340371976184 / (half - 1)));  // ln(10000)
+    const double arg = static_cast<double>(t[l]) * f;
+    return static_cast<float>(c < half ? sin(arg) : cos(arg));
+}
+
+// (out of line, with the other cold paths: the code a CTA runs must stay small, or instruction fetch sets its pace)
 __device__ __forceinline__ float source_value(const UnetSource& s, int b, int c, int l) {
-    if (s.kind == 1) {
-        const int half = s.channels / 2, i = c < half ? c : c - half;
-        const double f = exp(-static_cast<double>(i) * (9.210340371976184 / (half - 1)));  // ln(10000)
-        const double arg = static_cast<double>(s.t[l]) * f;
-        return static_cast<float>(c < half ? sin(arg) : cos(arg));
-    }
+    if (s.kind == 1) return sinusoid(s.t, s.channels, c, l);
     return s.raw[b * s.sb + c * s.sc + l * s.sl];
 }
 
@@ -118,37 +121,137 @@ __device__ __forceinline__ bool transformed(const UnetSource& s) {
 // 3. the prologue: X (cin_pad x L) from the sources, transformed in place. Every global load of a loop is
 // issued before the first is used (cp.async, or U loads per thread at a time): the sources sit in L2, and a
 // loop that waits for each load in turn costs an L2 round trip per element it touches.
+// a source whose residual can be read a float4 at a time (L a power of two >= 4, 16-byte aligned rows)
+__device__ __forceinline__ bool vector_ok(const UnetSource& s, int L, int b) {
+    const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * s.channels * L : nullptr;
+    return L >= 4 && (L & (L - 1)) == 0 && (res == nullptr || (reinterpret_cast<uintptr_t>(res) & 15) == 0);
+}
+
+// one source's raw values into X: 16-byte async copies where the source is contiguous (B, C, L), else U loads per
+// thread at a time
 template <int T>
-__device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef) {
-    constexpr int kWarps = T / 32;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
-    const ca::Policy keep{0, 0};
-    int c0 = 0;
-    for (int si = 0; si < op.nsrc; ++si) {  // raw values
+__device__ __noinline__ void load_strided(const UnetSource s, int b, int L, float* xs) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    for (int i0 = tid; i0 < n; i0 += U * T) {
+        float v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            v[u] = i < n ? source_value(s, b, i / L, i % L) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * T < n) xs[i0 + u * T] = v[u];
+    }
+}
+
+template <int T>
+__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    const float* src = s.raw + b * s.sb;
+    if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
+        (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {
+        for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, ca::Policy{0, 0});
+        return;
+    }
+    load_strided<T>(s, b, L, xs);
+}
+
+// gamma, beta, FiLM scale and shift of one source's channels into coef (the statistics come later)
+template <int T>
+__device__ __forceinline__ void load_coef(const UnetSource& s, int b, float4* coef) {
+    const int tid = threadIdx.x, C = s.channels;
+    const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
+    const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
+    for (int c0u = tid; c0u < C; c0u += U * T) {
+        float4 k[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int c = c0u + u * T;
+            k[u] = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
+            if (c >= C) continue;
+            if (s.gamma != nullptr) {
+                k[u].x = s.gamma[c];
+                k[u].y = s.beta[c];
+            }
+            if (s.film) {
+                const int hc = s.film == 1 ? c + C : c;
+                k[u].w = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
+                if (s.film == 1) k[u].z = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (c0u + u * T < C) coef[c0u + u * T] = k[u];
+    }
+}
+
+constexpr int UR = 2;  // residual float4s per thread loaded early: a 512-thread CTA's residual of up to 1024 x 4
+
+// the transform one element at a time (L not a power of two, or unaligned rows): out of line, it is rare
+template <int T>
+__device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, const float* res, const float4* coef,
+                                              int L) {
+    const int tid = threadIdx.x, n = s.channels * L;
+    for (int i0 = tid; i0 < n; i0 += U * T) {
+        float r[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            r[u] = (res != nullptr && i < n) ? res[i] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int i = i0 + u * T;
+            if (i >= n) continue;
+            const float4 k = coef[i / L];
+            float v = xs[i] * k.x + k.y;
+            if (s.act) v = mish(v);
+            xs[i] = v * k.z + k.w + r[u];
+        }
+    }
+}
+
+// 3a. before the dependency wait: everything written two or more ops back (or before the forward): sources,
+// per-channel coefficients, the first residual source's leading float4s (into registers)
+template <int T>
+__device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, float4 (&rpre)[UR], int& rsrc) {
+    const int tid = threadIdx.x, L = op.l_in;
+    int c0 = 0, k0 = 0;
+    rsrc = -1;
+    for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        float* xs = X + c0 * L;
-        const int n = s.channels * L;
-        const float* src = s.raw + b * s.sb;
-        if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
-            (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {  // contiguous (B, C, L): 16-byte async copies
-            for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, keep);
-        } else {
-            for (int i0 = tid; i0 < n; i0 += U * T) {
-                float v[U];
+        if (s.early) load_raw<T>(s, b, L, X + c0 * L);
+        if (transformed(s) && s.coef_early) load_coef<T>(s, b, coef + k0);
+        if (rsrc < 0 && s.res != nullptr && s.res_early && vector_ok(s, L, b)) {
+            rsrc = si;
+            const float4* r4 = reinterpret_cast<const float4*>(s.res + static_cast<int64_t>(b) * s.channels * L);
 #pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    v[u] = i < n ? source_value(s, b, i / L, i % L) : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u)
-                    if (i0 + u * T < n) xs[i0 + u * T] = v[u];
+            for (int u = 0; u < UR; ++u) {
+                const int v = tid + u * T;
+                rpre[u] = v < s.channels * L / 4 ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
         }
         c0 += s.channels;
+        k0 += transformed(s) ? s.channels : 0;
+    }
+    for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
+    ca::commit();
+}
+
+// 3b. after it: the previous op's outputs, the GroupNorm statistics, the transform in place
+template <int T>
+__device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef,
+                         const float4 (&rpre)[UR], int rsrc) {
+    constexpr int kWarps = T / 32;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    int c0 = 0;
+    for (int si = 0; si < op.nsrc; ++si) {
+        const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
+        if (!s.early) load_raw<T>(s, b, L, X + c0 * L);
+        c0 += s.channels;
     }
     ca::commit();
-    for (int i = op.cin * L + tid; i < op.cin_pad * L; i += T) X[i] = 0.0f;  // padded channels
     ca::wait_all();
     __syncthreads();
     mark(op, 3);
@@ -160,15 +263,27 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
             const int cpg = s.channels / s.groups, n = cpg * L;
             for (int g = warp; g < s.groups; g += kWarps) {
                 const float* xg = X + (c0 + g * cpg) * L;
-                float sum = 0.0f;
-                for (int i = lane; i < n; i += 32) sum += xg[i];
-                const float mean = warp_sum(sum) / n;
-                float m2 = 0.0f;
-                for (int i = lane; i < n; i += 32) {
-                    const float d = xg[i] - mean;
-                    m2 += d * d;
+                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;  // four chains: the loads overlap
+                int i = lane;
+                for (; i + 96 < n; i += 128) {
+                    a0 += xg[i];
+                    a1 += xg[i + 32];
+                    a2 += xg[i + 64];
+                    a3 += xg[i + 96];
                 }
-                const float var = warp_sum(m2) / n;
+                for (; i < n; i += 32) a0 += xg[i];
+                const float mean = warp_sum((a0 + a1) + (a2 + a3)) / n;
+                a0 = a1 = a2 = a3 = 0.0f;
+                for (i = lane; i + 96 < n; i += 128) {
+                    const float d0 = xg[i] - mean, d1 = xg[i + 32] - mean, d2 = xg[i + 64] - mean,
+                                d3 = xg[i + 96] - mean;
+                    a0 += d0 * d0;
+                    a1 += d1 * d1;
+                    a2 += d2 * d2;
+                    a3 += d3 * d3;
+                }
+                for (; i < n; i += 32) a0 += (xg[i] - mean) * (xg[i] - mean);
+                const float var = warp_sum((a0 + a1) + (a2 + a3)) / n;
                 if (lane == 0) stats[si * UNET_MAX_GROUPS + g] = make_float2(mean, rsqrtf(var + 1e-5f));
             }
         }
@@ -178,42 +293,21 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     mark(op, 4);
 
     int k0 = 0;  // coefficient index of the source's first channel
-    for (int si = 0; si < op.nsrc; ++si) {  // per-channel coefficients (a, b, scale, shift)
+    for (int si = 0; si < op.nsrc; ++si) {  // coefficients: loaded now where not early, then the statistics
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (!transformed(s)) continue;
-        const int64_t tb = s.film_b != nullptr ? s.t[b] : 0;
-        const int64_t base = static_cast<int64_t>(b) * s.film_ld + s.film_off, tbase = tb * s.film_ld + s.film_off;
-        const int C = s.channels, cpg = s.gamma != nullptr ? C / s.groups : 1;
-        for (int c0u = tid; c0u < C; c0u += U * T) {
-            float4 k[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0u + u * T;
-                k[u] = make_float4(1.0f, 0.0f, 1.0f, 0.0f);
-                if (c >= C) continue;
-                if (s.gamma != nullptr) {
-                    k[u].x = s.gamma[c];
-                    k[u].y = s.beta[c];
-                }
-                if (s.film) {
-                    const int hc = s.film == 1 ? c + C : c;
-                    k[u].w = s.film_a[base + hc] + (s.film_b != nullptr ? s.film_b[tbase + hc] : 0.0f);
-                    if (s.film == 1) k[u].z = s.film_a[base + c] + (s.film_b != nullptr ? s.film_b[tbase + c] : 0.0f);
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int c = c0u + u * T;
-                if (c >= C) continue;
-                if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
-                    const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
-                    k[u].x *= st.y;
-                    k[u].y -= st.x * k[u].x;
-                }
-                coef[k0 + c] = k[u];
+        if (!s.coef_early) load_coef<T>(s, b, coef + k0);  // a thread finalises the channels it loaded
+        if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
+            const int cpg = s.channels / s.groups;
+            for (int c = tid; c < s.channels; c += T) {
+                const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
+                float4 k = coef[k0 + c];
+                k.x *= st.y;
+                k.y -= st.x * k.x;
+                coef[k0 + c] = k;
             }
         }
-        k0 += C;
+        k0 += s.channels;
     }
     __syncthreads();
 
@@ -228,8 +322,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         float* xs = X + c0 * L;
         const int n = s.channels * L;
         const float* res = s.res != nullptr ? s.res + static_cast<int64_t>(b) * n : nullptr;
-        if (L >= 4 && (L & (L - 1)) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0 &&
-            (res == nullptr || (reinterpret_cast<uintptr_t>(res) & 15) == 0)) {
+        if (L >= 4 && (L & (L - 1)) == 0 && (reinterpret_cast<uintptr_t>(xs) & 15) == 0 && vector_ok(s, L, b)) {
             const int lsh = __ffs(L) - 1, n4 = n / 4;  // a float4 never straddles two channels
             float4* x4 = reinterpret_cast<float4*>(xs);
             const float4* r4 = reinterpret_cast<const float4*>(res);
@@ -238,7 +331,8 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
                     const int v = v0 + u * T;
-                    r[u] = (r4 != nullptr && v < n4) ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    r[u] = (si == rsrc && v0 == tid && u < UR) ? rpre[u < UR ? u : 0]
+                           : (r4 != nullptr && v < n4) ? r4[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
                 }
 #pragma unroll
                 for (int u = 0; u < U; ++u) {
@@ -261,23 +355,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                 }
             }
         } else {
-            for (int i0 = tid; i0 < n; i0 += U * T) {
-                float r[U];
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    r[u] = (res != nullptr && i < n) ? res[i] : 0.0f;
-                }
-#pragma unroll
-                for (int u = 0; u < U; ++u) {
-                    const int i = i0 + u * T;
-                    if (i >= n) continue;
-                    const float4 k = coef[k0 + i / L];
-                    float v = xs[i] * k.x + k.y;
-                    if (s.act) v = mish(v);
-                    xs[i] = v * k.z + k.w + r[u];
-                }
-            }
+            transform_scalar<T>(s, xs, res, coef + k0, L);
         }
         c0 += s.channels;
         k0 += s.channels;
@@ -318,16 +396,12 @@ __device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages
     }
 }
 
-__device__ __forceinline__ uint32_t tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// x = hi + lo, both TF32: three TF32 products (hi hi, hi lo, lo hi) carry x y to about fp32 precision (3xTF32)
+// x = hi + lo with hi = x rounded to TF32 (10 mantissa bits; integer rounding of the bit pattern: every value
+// here is finite) and lo = x - hi exactly; the tensor core reads lo's top 19 bits. Three products hi hi, hi lo,
+// lo hi then carry x y to ~2^-19 relative (3xTF32): fp32-level accuracy for the sums of ~10^3-10^4 terms here.
 __device__ __forceinline__ void split(float x, uint32_t& hi, uint32_t& lo) {
-    hi = tf32(x);
-    lo = tf32(x - __uint_as_float(hi));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -339,66 +413,36 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 }
 
 // 4.-5. one segment's stages and output. Transposed GEMM per tap t: D[j, r] += X[ci, j S + t - pad] W_t[r, ci]
-// on m16n8k8 TF32 tensor-core MMAs: M = output columns j (COLS = 8: only rows 0-7 of the tile, rows 8-15 zero;
-// 16; or 32: two tiles), N = 8 output rows per row block, K = 8 input channels per channel block. A stage's work
-// units are its (channel block, tap) pairs, for all nb row blocks each; warp w takes units w, w + warps, ...
-// into two accumulator chains in turn; the warps' partial sums meet in shared memory at the end. Weights arrive pre-arranged
-// (pack_weight): per stage [channel block][tap][row block][lane][2], a lane's B fragment is one 8-byte load.
-// The segment's scalars, read once into registers: a UnetSegment picked by a run-time index lives in the
-// kernel's parameter bank, and every field read in a loop would be an indexed constant load.
-struct Geom {
-    int k, stride, pad, l_out, nb;
-};
-
-template <int COLS, int NBMAX, int T>
-__device__ __forceinline__ void tap(const Geom& sg, int t, int L, const float* x0, const float* ws, int cbk,
-                                    float (&acc)[NBMAX][(COLS + 15) / 16][4]) {
-    constexpr int MT = (COLS + 15) / 16;
-    const int lane = threadIdx.x & 31, g = lane >> 2;
-    uint32_t ahi[MT][4], alo[MT][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; ++mt) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {  // a0: (j = g, ci = q), a1: (g + 8, q), a2: (g, q + 4), a3: (g + 8, q + 4)
-            const int j = mt * 16 + g + (e & 1) * 8, l = j * sg.stride + t - sg.pad;
-            if (COLS == 8 && (e & 1)) {
-                ahi[mt][e] = alo[mt][e] = 0u;
-                continue;
-            }
-            const float v = (j < sg.l_out && l >= 0 && l < L) ? x0[(e >> 1) * 4 * L + l] : 0.0f;
-            split(v, ahi[mt][e], alo[mt][e]);
-        }
-    }
-    const float2* wb = reinterpret_cast<const float2*>(ws + ((cbk * sg.k + t) * sg.nb) * 64) + lane;
-#pragma unroll
-    for (int rb = 0; rb < NBMAX; ++rb) {
-        if (rb < sg.nb) {
-            const float2 w = wb[rb * 32];
-            uint32_t bh0, bl0, bh1, bl1;
-            split(w.x, bh0, bl0);
-            split(w.y, bh1, bl1);
-#pragma unroll
-            for (int mt = 0; mt < MT; ++mt) {
-                mma_tf32(acc[rb][mt], alo[mt], bh0, bh1);
-                mma_tf32(acc[rb][mt], ahi[mt], bl0, bl1);
-                mma_tf32(acc[rb][mt], ahi[mt], bh0, bh1);
-            }
-        }
-    }
-}
-
-template <int COLS, int NBMAX, int T>
+// on m16n8k8 TF32 tensor-core MMAs: M = output columns j (COLS = 8: rows 0-7 of the tile, 8-15 zero; 16; or 32:
+// two tiles), N = 8 output rows per row block, K = 8 input channels per channel block. Warp w takes the stage's
+// channel blocks w, w + warps, ... and runs all K taps (compile-time) of each for all nb row blocks, even taps
+// into one accumulator chain and odd ones into another. Where each lane's A elements sit in X, and whether they
+// exist (padding, stride, l_out), depends on the tap alone: worked out once, before the stages. The warps'
+// partial sums meet in shared memory at the end. Weights arrive pre-arranged (pack_weight): per stage [channel
+// block][tap][row block][lane][2], so a lane's B fragment is one 8-byte load.
+template <int COLS, int NBMAX, int T, int K>
 __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                             int stage_floats, unsigned bars, float* red) {
-    const Geom sg{seg.k, seg.stride, seg.pad, seg.l_out, seg.nb};
-    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows;
-    // two accumulator chains (alternate work units) where few row blocks leave the tensor pipe idle between MMAs
-    constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, CH = NBMAX >= 4 ? 1 : 2;
+    constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
+    constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
-    const int L = op.l_in, K = sg.k, ncb = cbs / 8;
+    const int L = op.l_in, ncb = cbs / 8;
     const int stage = rc * cbs * K;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
+    // per tap and A element: offset in the channel block's rows (-1: a zero)
+    int off[K][MT][NE];
+#pragma unroll
+    for (int t = 0; t < K; ++t)
+#pragma unroll
+        for (int mt = 0; mt < MT; ++mt)
+#pragma unroll
+            for (int e = 0; e < NE; ++e) {  // e: (j = g, ci = q), (g + 8, q), (g, q + 4), (g + 8, q + 4); NE = 2: 0, 2
+                const int ee = NE == 2 ? 2 * e : e;
+                const int j = mt * 16 + g + (ee & 1) * 8, l = j * seg.stride + t - seg.pad;
+                off[t][mt][e] = (j < lo && l >= 0 && l < L) ? (ee >> 1) * 4 * L + l : -1;
+            }
     float acc[CH][NBMAX][MT][4];
 #pragma unroll
     for (int h = 0; h < CH; ++h)
@@ -415,28 +459,51 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
         if (st == 0) mark(op, 6);
         if (st < 30) mark(op, 8 + st);
         const float* ws = ring + slot * stage_floats;
-        // work units (channel block, tap): warp w takes units w, w + warps, ..., alternating between its chains
-        const int units = ncb * K;
-        for (int u = warp; u < units; u += 2 * kWarps) {
-            const int cb0 = u / K, cb1 = (u + kWarps) / K;
-            tap<COLS, NBMAX, T>(sg, u - cb0 * K, L, X + (st * cbs + cb0 * 8 + q) * L, ws, cb0, acc[0]);
-            if (u + kWarps < units)
-                tap<COLS, NBMAX, T>(sg, u + kWarps - cb1 * K, L, X + (st * cbs + cb1 * 8 + q) * L, ws, cb1,
-                                    acc[CH - 1]);
+        for (int cbk = warp; cbk < ncb; cbk += kWarps) {
+            const float* x0 = X + (st * cbs + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the channel block
+            const float2* wb = reinterpret_cast<const float2*>(ws + cbk * K * nb * 64) + lane;
+#pragma unroll
+            for (int t = 0; t < K; ++t) {
+                uint32_t ahi[MT][4], alo[MT][4];
+#pragma unroll
+                for (int mt = 0; mt < MT; ++mt) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) ahi[mt][e] = alo[mt][e] = 0u;
+#pragma unroll
+                    for (int e = 0; e < NE; ++e) {
+                        const int o = off[t][mt][e];
+                        const int ee = NE == 2 ? 2 * e : e;
+                        split(o >= 0 ? x0[o] : 0.0f, ahi[mt][ee], alo[mt][ee]);
+                    }
+                }
+#pragma unroll
+                for (int rb = 0; rb < NBMAX; ++rb) {
+                    if (NBMAX == 1 || rb < nb) {
+                        const float2 w = wb[(t * nb + rb) * 32];
+                        uint32_t bh0, bl0, bh1, bl1;
+                        split(w.x, bh0, bl0);
+                        split(w.y, bh1, bl1);
+#pragma unroll
+                        for (int mt = 0; mt < MT; ++mt) {
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], alo[mt], bh0, bh1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bl0, bl1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bh0, bh1);
+                        }
+                    }
+                }
+            }
         }
-        if (st == 1) mark(op, 38);  // diagnostic: stage 1's work done (thread 0), then after the barrier
+        if (st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
-        if (st == 1) mark(op, 39);
         if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
     }
     mark(op, 7);
 
     // the warps' partial sums: red[warp][row][j], then one thread per (row, j) adds them up
-    const int lo = sg.l_out;
 #pragma unroll
     for (int rb = 0; rb < NBMAX; ++rb) {
-        if (rb >= sg.nb) continue;
+        if (rb >= nb) continue;
 #pragma unroll
         for (int mt = 0; mt < MT; ++mt) {
 #pragma unroll
@@ -459,6 +526,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
         for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
         out[co * oc + j * oj] = v;
     }
+    mark(op, 39);
 }
 
 template <int COLS, int NBMAX, int T>
@@ -491,15 +559,25 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
         for (int s = 0; s < op.ring && s < sg.nstages; ++s)
             issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
-    // 2. let the next op start streaming its weights; wait for the previous op's outputs
+    // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
+    // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
+    float4 rpre[UR];
+    int rsrc;
+    prologue_early<T>(op, b, X, coef, rpre, rsrc);
     mark(op, 1);
-    pdl_launch_dependents();
     pdl_wait();
+    pdl_launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
-    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
-    // 4.-5.
-    run_segment<COLS, NBMAX, T>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, rpre, rsrc);
+    // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
+    switch (sg.k) {
+        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        default: __trap();  // the plan admits K in {1, 2, 3, 5}
+    }
 }
 
 using KernelFn = void (*)(UnetOp);
@@ -514,11 +592,15 @@ KernelFn kernel_for_nb(int nb) {
     switch (nb) {
         case 1: return unet1d_op_kernel<COLS, 1, threads_for(1)>;
         case 2: return unet1d_op_kernel<COLS, 2, threads_for(2)>;
-        case 4: return unet1d_op_kernel<COLS, 4, threads_for(4)>;
-        case 8: return unet1d_op_kernel<COLS, 8, threads_for(8)>;
+        case 4:
+        case 8:
         case 16:
-            if constexpr (COLS <= 16) return unet1d_op_kernel<COLS, 16, threads_for(16)>;
-            return nullptr;  // 2 x 16 column tiles would spill: the plan never asks for them
+            if constexpr (COLS <= 16) {  // two 16-column tiles of 4+ row blocks would spill: the plan caps them at 2
+                if (nb == 4) return unet1d_op_kernel<COLS, 4, threads_for(4)>;
+                if (nb == 8) return unet1d_op_kernel<COLS, 8, threads_for(8)>;
+                return unet1d_op_kernel<COLS, 16, threads_for(16)>;
+            }
+            return nullptr;
         default: return nullptr;
     }
 }

@@ -31,6 +31,9 @@ typedef struct {
     int64_t sb, sc, sl;
     int32_t channels, groups, act, film;  // act: 1 = Mish; film: 0 none, 1 scale and shift, 2 shift only
     int32_t film_off, film_ld, kind, num_t;  // kind: 0 tensor, 1 sin/cos embedding of t[l] (channels = dim)
+    int32_t early, res_early, coef_early, pad_;  // written two or more ops back (or before the forward): the
+                                                 // raw values, the residual, the FiLM may be read before the
+                                                 // dependency wait (each op releases its dependents after it)
 } UnetSource;
 
 typedef struct {
