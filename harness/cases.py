@@ -19,6 +19,7 @@ the same case draws the same inputs on every machine.
 """
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import itertools
 import re
@@ -217,3 +218,19 @@ def load_suites(dirs: Iterable[Path]) -> dict[str, SuiteFile]:
                 have.suites[suite] = cases
                 have.sources[suite] = path
     return found
+
+
+def with_params(case: Case, params: Mapping[str, Any], allowed: Iterable[str]) -> Case:
+    """`case` with `params` set (a command line's --param / --checkpoint), renamed so that its rows never pair
+    with the suite's own: `<name>-<key><value>`, a checkpoint as `<name>-ckpt_<file stem>`."""
+    allowed = set(allowed)
+    bad = sorted(set(params) - allowed)
+    if bad:
+        raise SuiteError(f"family {case.family!r} takes no parameter {', '.join(map(repr, bad))} from the command "
+                         f"line; it takes: {', '.join(sorted(allowed)) or 'none'}")
+    suffix = []
+    for k, v in sorted(params.items()):
+        text = f"ckpt_{Path(str(v)).stem}" if k == "checkpoint" else f"{k}{v}"
+        suffix.append(re.sub(r"[^A-Za-z0-9_.-]", "_", text))
+    merged = dict(case.params) | dict(params)
+    return dataclasses.replace(case, name=f"{case.name}-{'-'.join(suffix)}", params=tuple(merged.items()))

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     select.add_argument("--suite", default="smoke", help="suite name (default: smoke)")
     select.add_argument("--case", action="append", help="case name(s) or id(s) (name.fp32)")
     select.add_argument("--dtype", action="append", help="dtype(s): float32, bfloat16, float16")
+    select.add_argument("--param", action="append", metavar="KEY=VALUE",
+                        help="set a case parameter the family declares for every selected case")
+    select.add_argument("--checkpoint", help="run the selected cases on these weights (unet1d: a state dict, a "
+                                             "diffusion_policy .ckpt or a LeRobot folder)")
     verdict = argparse.ArgumentParser(add_help=False)
     verdict.add_argument("--threshold", type=float, default=0.05, help="minimum effect size (default 0.05 = 5%%)")
     verdict.add_argument("--alpha", type=float, default=0.01, help="Mann-Whitney significance level")
@@ -186,6 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("variant_name")
     sp.add_argument("--case", default="")
     sp.add_argument("--suite", default=None)
+    sp.add_argument("--range", action="append", help="a range the variant opens inside the case (one layer)")
     sp.set_defaults(fn=cmd_ncu_filter)
     sp = sub.add_parser("ncu", parents=[common], help="Nsight Compute report of one variant, joined to results")
     sp.add_argument("family_name")
@@ -194,6 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--suite", default=None, help="suite to look the case up in (default: pusht on GPU)")
     sp.add_argument("--set", default="basic", choices=["basic", "detailed", "full"], help="ncu section set")
     sp.add_argument("--metrics", action="append", help="extra ncu metrics, comma-separated")
+    sp.add_argument("--range", action="append", help="a range the variant opens inside the case (e.g. one U-Net "
+                                                      "layer of unet1d.kernels: down1.res0.conv1); nested if repeated")
     sp.set_defaults(fn=cmd_ncu)
     sp = sub.add_parser("once", parents=[common], help="warm up, then call a variant inside its NVTX ranges")
     sp.add_argument("family_name")

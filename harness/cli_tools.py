@@ -45,15 +45,34 @@ def selection_of(a: argparse.Namespace, s: Session) -> Selection:
     bad = [m for m in modes if m not in MODES]
     if bad:
         raise SystemExit(f"dpk: unknown mode(s) {bad}; modes: {', '.join(MODES)}")
-    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes)
+    return Selection(split_csv(a.family), split_csv(a.variant), a.suite, split_csv(a.case), split_csv(a.dtype), modes,
+                     case_params(a))
+
+
+def case_params(a: argparse.Namespace) -> dict:
+    """--param KEY=VALUE (a YAML value) and --checkpoint PATH, for every selected case."""
+    import yaml
+
+    out = {}
+    for item in getattr(a, "param", None) or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"dpk: --param wants KEY=VALUE, got {item!r}")
+        out[key] = yaml.safe_load(value)
+    if getattr(a, "checkpoint", None):
+        path = Path(a.checkpoint).expanduser()
+        if not path.exists():
+            raise SystemExit(f"dpk: --checkpoint {path}: no such file or folder")
+        out["checkpoint"] = str(path.resolve())
+    return out
 
 
 def cmd_ncu_filter(a: argparse.Namespace) -> int:
     s = session_of(a)
     s.registry.variant(a.family_name, a.variant_name)
     case_id = s.find_case(a.family_name, a.case, a.suite).id if a.case else None  # an unknown case is an error
-    print(nvtx.ncu_filter(a.family_name, a.variant_name, case_id))
-    print(nvtx.ncu_command(a.family_name, a.variant_name, case_id, a.suite), file=sys.stderr)
+    print(nvtx.ncu_filter(a.family_name, a.variant_name, case_id, split_csv(a.range)))
+    print(nvtx.ncu_command(a.family_name, a.variant_name, case_id, a.suite, inner=split_csv(a.range)), file=sys.stderr)
     return 0
 
 
@@ -110,7 +129,7 @@ def cmd_ncu(a: argparse.Namespace) -> int:
     extra = [f"--kernels-dir={d}" for d in a.kernels_dir or []] + [f"--suites-dir={d}" for d in a.suites_dir or []]
     out_dir = paths.results_dir(a.results_dir) / "ncu"
     report, kernels, summary = ncu.run_profile(v.family, v.name, case.id, out_dir, a.set, split_csv(a.metrics),
-                                               extra)
+                                               extra, inner=split_csv(a.range))
     print(render(kernels, list(kernels.columns), max_width=70))
     harness_us = _stored_cold_median(a, s, v.family, v.name, case.id)
     summary |= {"family": v.family, "variant": v.name, "case": case.id, "cold_median_us": harness_us,

@@ -17,7 +17,7 @@ import io
 import shutil
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pandas as pd
@@ -45,9 +45,9 @@ def ncu_binary() -> str:
 
 
 def profile_command(ncu: str, family: str, variant: str, case_id: str, report: Path, section_set: str,
-                    extra_metrics: list[str], dpk_args: list[str]) -> list[str]:
+                    extra_metrics: list[str], dpk_args: list[str], inner: Sequence[str] = ()) -> list[str]:
     metrics = ",".join([*METRICS, *extra_metrics])
-    return [ncu, "--nvtx", "--nvtx-include", ncu_filter(family, variant, case_id), "--clock-control", "none",
+    return [ncu, "--nvtx", "--nvtx-include", ncu_filter(family, variant, case_id, inner), "--clock-control", "none",
             "--set", section_set, "--metrics", metrics, "--force-overwrite", "--export", str(report),
             sys.executable, "-m", "dpk", "once", family, variant, "--case", case_id, *dpk_args]
 
@@ -82,13 +82,15 @@ def _echo(line: str) -> None:
 
 def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_set: str = "basic",
                 extra_metrics: list[str] | None = None, dpk_args: list[str] | None = None,
-                echo: Callable[[str], None] = _echo) -> tuple[Path, pd.DataFrame, dict[str, float]]:
+                echo: Callable[[str], None] = _echo, inner: Sequence[str] = ()
+                ) -> tuple[Path, pd.DataFrame, dict[str, float]]:
     """Run ncu on a child `dpk once`, passing each line ncu and the child print to `echo` as it comes (ncu's
     `==PROF==` progress), then read the report's kernels."""
     ncu = ncu_binary()
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = out_dir / f"{family}-{variant}-{case_id}.ncu-rep"
-    cmd = profile_command(ncu, family, variant, case_id, report, section_set, extra_metrics or [], dpk_args or [])
+    report = out_dir / f"{'-'.join([family, variant, case_id, *inner])}.ncu-rep"
+    cmd = profile_command(ncu, family, variant, case_id, report, section_set, extra_metrics or [], dpk_args or [],
+                          inner)
     tail: collections.deque[str] = collections.deque(maxlen=15)
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         assert proc.stdout is not None
@@ -99,6 +101,6 @@ def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_
         raise RuntimeError(f"ncu failed (exit {proc.returncode}):\n" + "\n".join(tail))
     kernels = read_raw_csv(ncu, report)
     if kernels.empty:
-        raise RuntimeError(f"ncu profiled no kernel inside {ncu_filter(family, variant, case_id)}")
+        raise RuntimeError(f"ncu profiled no kernel inside {ncu_filter(family, variant, case_id, inner)}")
     kernels.to_csv(report.with_suffix(".csv"), index=False)
     return report, kernels, summarize(kernels)

@@ -9,7 +9,7 @@ raises on CPU builds of torch).
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 DOMAIN = "dpk"
@@ -72,17 +72,20 @@ def ranged(fn: Callable[[], Any], *names: str) -> Callable[[], Any]:
     return call
 
 
-def ncu_filter(family: str, variant: str, case_id: str | None = None) -> str:
-    """The `--nvtx-include` expression that selects exactly this variant's kernels (optionally one case)."""
-    parts = [_check(family), _check(variant)] + ([_check(case_id)] if case_id else [])
+def ncu_filter(family: str, variant: str, case_id: str | None = None, inner: Sequence[str] = ()) -> str:
+    """The `--nvtx-include` expression that selects exactly this variant's kernels (optionally one case, and
+    inside it the ranges a variant opens itself, e.g. one layer of a U-Net: `down1.res0.conv1`)."""
+    if inner and not case_id:
+        raise ValueError("a range inside the variant needs a case")
+    parts = [_check(family), _check(variant)] + ([_check(case_id)] if case_id else []) + [_check(r) for r in inner]
     return f"{DOMAIN}@" + "".join(p + "/" for p in parts)
 
 
 def ncu_command(family: str, variant: str, case_id: str | None = None, suite: str | None = None,
-                out: str | None = None) -> str:
+                out: str | None = None, inner: Sequence[str] = ()) -> str:
     """A ready-to-run ncu command profiling only this variant: one call of one case (`dpk once`), or every
     call `dpk check` makes of it."""
-    flt = ncu_filter(family, variant, case_id)
+    flt = ncu_filter(family, variant, case_id, inner)
     cmd = ["ncu", "--nvtx", "--nvtx-include", flt, "--clock-control", "none"]
     if out:
         cmd += ["-o", out]

@@ -55,6 +55,7 @@ class Family:
     work: Callable[[Case], Work] | None = None
     description: str = ""
     source: str = ""
+    params: tuple[str, ...] = ()  # case parameters a command line may set (`dpk bench --param K=V`)
 
 
 @dataclass
@@ -136,13 +137,15 @@ def _caller_source(depth: int = 2) -> str:
 
 
 def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Callable | None = None,
-           description: str = "") -> Callable[[Callable], Callable]:
-    """Decorate a family's reference (the float64 oracle) and declare the family around it."""
+           description: str = "", params: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+    """Decorate a family's reference (the float64 oracle) and declare the family around it. `params`: case
+    parameters a command line may override for every selected case (e.g. a checkpoint path)."""
     check_name("family", name)
 
     def deco(ref: Callable) -> Callable:
         doc = description or (inspect.getdoc(ref) or "").split("\n")[0]
-        _active[-1].add_family(Family(name, ref, make_inputs, tolerance, work, doc, _caller_source()))
+        _active[-1].add_family(Family(name, ref, make_inputs, tolerance, work, doc, _caller_source(),
+                                      tuple(params)))
         return ref
     return deco
 

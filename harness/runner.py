@@ -34,6 +34,7 @@ class Selection:
     cases: list[str] = field(default_factory=list)  # case names or ids
     dtypes: list[str] = field(default_factory=list)
     modes: list[str] = field(default_factory=lambda: list(MODES))
+    params: dict[str, Any] = field(default_factory=dict)  # case parameters set for every selected case
 
 
 class Session:
@@ -85,6 +86,7 @@ class Session:
                         self.registry.variant(f, name)  # raises with the known names
                 vs = [v for v in vs if v.name in sel.variants]
             for c in self.cases(f, sel.suite, sel.cases, sel.dtypes):
+                c = cases_mod.with_params(c, sel.params, self.registry.family(f).params) if sel.params else c
                 if vs:
                     out.append((f, c, vs))
         files = [self.suites[f] for f in fams if f in self.suites]

@@ -25,3 +25,12 @@ def test_filter_and_command():
     cmd = nvtx.ncu_command("gn_mish", "fused", "b1_c256_l16.fp32", suite="pusht", out="r")
     assert cmd.startswith("ncu --nvtx --nvtx-include dpk@gn_mish/fused/b1_c256_l16.fp32/ --clock-control none -o r")
     assert "--suite pusht" in cmd
+
+
+def test_a_filter_reaches_a_range_inside_the_variant():
+    from dpk.nvtx import ncu_filter
+
+    assert ncu_filter("unet1d", "kernels", "blog_b1_step.fp32", ["down1.res0.conv1"]) == \
+        "dpk@unet1d/kernels/blog_b1_step.fp32/down1.res0.conv1/"
+    with pytest.raises(ValueError, match="needs a case"):
+        ncu_filter("unet1d", "kernels", None, ["down1.res0.conv1"])

@@ -22,9 +22,9 @@ MAX_GROUPS = 32
 MAX_NB = 16  # row blocks of 8 per CTA (the kernel's largest instantiation)
 SMEM_BUDGET = 113 * 1024  # two CTAs per SM (228 KB, 1 KB reserved per CTA): the next op's CTAs fit beside
 SMEM_MAX = 227 * 1024  # one CTA's opt-in limit on sm_90
-STAGE_TARGET = 40 * 1024  # a warp's share of a stage must outweigh the stage's wait, barrier and refill
+STAGE_TARGET = 24 * 1024  # a warp's share of a stage must outweigh the stage's wait, barrier and refill
 STAGE_MIN = 4 * 1024
-RING_WANT = 2
+RING_WANT = 3
 SMS = 132
 
 

@@ -53,8 +53,14 @@ class _Builder:
         self.F = sum(w for _, w in model.film_slices())
 
     # -- parameters and ops --------------------------------------------------------------------------
+    @staticmethod
+    def _host(t: torch.Tensor) -> torch.Tensor:
+        """float32 on the CPU, where packing happens (a meta tensor stays meta: plans without weights)."""
+        t = t.detach().float()
+        return t if t.is_meta else t.cpu()
+
     def _param(self, name: str, t: torch.Tensor) -> Buf:
-        return self.params.add(name, t.detach().float().cpu())
+        return self.params.add(name, self._host(t))
 
     def _act(self, name: str, n: int) -> Buf:
         return self.work.add(name, n)
@@ -64,8 +70,8 @@ class _Builder:
         op = Op(name, srcs, [s for s, _, _ in segs], l_in, batch_grid, mat)
         plan_op(op, self.sms)
         for i, (s, w, b) in enumerate(segs):
-            s.w = self._param(f"{name}.w{i}", pack_weight(w.detach().float().cpu(), s))
-            s.bias = self._param(f"{name}.b{i}", pack_bias(b.detach().float().cpu(), s))
+            s.w = self._param(f"{name}.w{i}", pack_weight(self._host(w), s))
+            s.bias = self._param(f"{name}.b{i}", pack_bias(self._host(b), s))
         self.ops.append(op)
 
     @staticmethod

@@ -112,7 +112,8 @@ def work(case: dpk.Case) -> dpk.Work:
     return dpk.Work(bytes=_conv_bytes(cfg, torch_dtype(case.dtype)), flops=2 * 2 * B * macs)
 
 
-@dpk.family("unet1d", make_inputs=make_inputs, tolerance=tolerance, work=work)
+@dpk.family("unet1d", make_inputs=make_inputs, tolerance=tolerance, work=work,
+            params=("checkpoint", "weights_seed", "num_train_timesteps", "T"))
 def reference(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
               call: Call) -> torch.Tensor:
     """The float64 module on (sample, timestep, global_cond): both forms compute this function."""

@@ -242,7 +242,7 @@ __device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, 
 // 3b. after it: the previous op's outputs, the GroupNorm statistics, the transform in place
 template <int T>
 __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats, float4* coef,
-                         const float4 (&rpre)[UR], int rsrc) {
+                         float* red, int red_floats, const float4 (&rpre)[UR], int rsrc) {
     constexpr int kWarps = T / 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
     int c0 = 0;
@@ -257,34 +257,49 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     mark(op, 3);
 
     c0 = 0;
-    for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics: one warp per group, two passes
+    for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (s.gamma != nullptr) {
-            const int cpg = s.channels / s.groups, n = cpg * L;
-            for (int g = warp; g < s.groups; g += kWarps) {
-                const float* xg = X + (c0 + g * cpg) * L;
-                float a0 = 0.0f, a1 = 0.0f, a2 = 0.0f, a3 = 0.0f;  // four chains: the loads overlap
-                int i = lane;
-                for (; i + 96 < n; i += 128) {
-                    a0 += xg[i];
-                    a1 += xg[i + 32];
-                    a2 += xg[i + 64];
-                    a3 += xg[i + 96];
+            const int cpg = s.channels / s.groups, n = cpg * L;  // n: elements of one group
+            const int chunks = s.channels * L / 128;  // 32 float4s: one warp step
+            if (n % 128 == 0 && (L & 3) == 0 && 2 * chunks <= red_floats) {
+                // every thread: its float4s' sums of (x - shift) and (x - shift)^2 (shift: the group's first
+                // element, so no cancellation), one partial per warp step in `red`, then per group in order
+                const float4* x4 = reinterpret_cast<const float4*>(X + c0 * L);
+                for (int wc = warp; wc < chunks; wc += kWarps) {
+                    const int v = wc * 32 + lane;
+                    const float sh = X[c0 * L + (4 * v / n) * n];
+                    const float4 x = x4[v];
+                    const float d0 = x.x - sh, d1 = x.y - sh, d2 = x.z - sh, d3 = x.w - sh;
+                    const float s1 = warp_sum((d0 + d1) + (d2 + d3));
+                    const float s2 = warp_sum((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3));
+                    if (lane == 0) {
+                        red[2 * wc] = s1;
+                        red[2 * wc + 1] = s2;
+                    }
                 }
-                for (; i < n; i += 32) a0 += xg[i];
-                const float mean = warp_sum((a0 + a1) + (a2 + a3)) / n;
-                a0 = a1 = a2 = a3 = 0.0f;
-                for (i = lane; i + 96 < n; i += 128) {
-                    const float d0 = xg[i] - mean, d1 = xg[i + 32] - mean, d2 = xg[i + 64] - mean,
-                                d3 = xg[i + 96] - mean;
-                    a0 += d0 * d0;
-                    a1 += d1 * d1;
-                    a2 += d2 * d2;
-                    a3 += d3 * d3;
+                __syncthreads();
+                const int per = n / 128;  // warp steps per group
+                for (int g = tid; g < s.groups; g += T) {
+                    float s1 = 0.0f, s2 = 0.0f;
+                    for (int k = 0; k < per; ++k) {
+                        s1 += red[2 * (g * per + k)];
+                        s2 += red[2 * (g * per + k) + 1];
+                    }
+                    const float m = s1 / n, var = fmaxf(s2 / n - m * m, 0.0f);
+                    stats[si * UNET_MAX_GROUPS + g] = make_float2(X[c0 * L + g * n] + m, rsqrtf(var + 1e-5f));
                 }
-                for (; i < n; i += 32) a0 += (xg[i] - mean) * (xg[i] - mean);
-                const float var = warp_sum((a0 + a1) + (a2 + a3)) / n;
-                if (lane == 0) stats[si * UNET_MAX_GROUPS + g] = make_float2(mean, rsqrtf(var + 1e-5f));
+                __syncthreads();  // red is reused by the next source
+            } else {  // one warp per group, two passes
+                for (int g = warp; g < s.groups; g += kWarps) {
+                    const float* xg = X + (c0 + g * cpg) * L;
+                    float a0 = 0.0f, a1 = 0.0f;
+                    for (int i = lane; i < n; i += 32) a0 += xg[i];
+                    const float mean = warp_sum(a0) / n;
+                    for (int i = lane; i < n; i += 32) a1 += (xg[i] - mean) * (xg[i] - mean);
+                    const float var = warp_sum(a1) / n;
+                    if (lane == 0) stats[si * UNET_MAX_GROUPS + g] = make_float2(mean, rsqrtf(var + 1e-5f));
+                }
             }
         }
         c0 += s.channels;
@@ -569,7 +584,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     pdl_launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
-    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, rpre, rsrc);
+    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     switch (sg.k) {
         case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
