@@ -14,7 +14,8 @@ NaN/Inf-mismatch counts and the first mismatching indices, and runs the guards o
          then capture once, copy the fresh inputs into the captured buffers and replay: the replay must
          match that eager call, or the variant captured state (pointers, host scalars; gpu-mode "recheck")
   against  a variant declared `against=<other>` must also match that variant's output on the same inputs
-         within the family's float32 tolerance (a graph or compiled form of the same arithmetic)
+         within the family's tolerance for the arithmetic they share (`compute`: a graph or a compiled form of
+         the same module; two TF32 evaluations with different kernels differ by TF32 rounding, not fp32's)
 """
 from __future__ import annotations
 
@@ -236,16 +237,16 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
 
 def _against(fam: Family, other: Variant, case: Case, device: torch.device, inputs: tuple,
               outs: list[torch.Tensor], res: ParityResult) -> None:
-    """The outputs against `other`'s on the same inputs, within the family's float32 tolerance."""
+    """The outputs against `other`'s on the same inputs, within the tolerance of the shared arithmetic."""
     if unavailable_reason(other, device, case.dtype):
         res.notes.append(f"not checked against {other.name}: {unavailable_reason(other, device, case.dtype)}")
         return
     theirs = [t.detach().to(torch.float64) for t in guards.tensors(other.fn(*inputs))]
     probe = ParityResult(res.family, res.variant, res.case, res.dtype)
-    compare(outs, theirs, fam.tolerance(case, "float32"), probe)
+    compare(outs, theirs, fam.tolerance(case, other.compute), probe)
     note = f"vs {other.name}: max_abs={probe.max_abs:.3g} rel_err={probe.rel_err:.3g} tol_usage={probe.tol_usage:.3g}"
     if probe.mismatches:
-        res.problems.append(f"differs from {other.name} beyond float32 rounding ({note})")
+        res.problems.append(f"differs from {other.name} beyond {other.compute} rounding ({note})")
     else:
         res.notes.append(note)
 

@@ -163,7 +163,7 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     work: `case -> Work` when the variant's ideal traffic differs from the family's.
     graph: False when the variant cannot be captured in a CUDA graph (host syncs, CPU-side state).
     against: another variant of the family whose output on the same inputs this one must also match within
-        the family's float32 tolerance (e.g. a CUDA graph of the eager module: same arithmetic, replayed).
+        the family's tolerance for that variant's arithmetic (e.g. a CUDA graph or a compiled form of it).
     resident: `(*inputs) -> bytes` of device memory the variant holds to make a call (its weights as laid
         out, workspaces, graph pools): the row's `resident_mb`.
     """

@@ -2,7 +2,9 @@
 
 eager uses PyTorch's default math settings, declared: cuDNN runs the convs in TF32 when
 `torch.backends.cudnn.allow_tf32` is on (the default), so its tolerance is the TF32 one; cuda_graph and
-compiled run the same arithmetic and are also checked against eager within float32 rounding.
+compiled are also checked against eager on the same inputs, within the rounding of that shared arithmetic
+(cuda_graph replays eager's kernels: it matches bit for bit; torch.compile picks its own kernels, so with TF32
+on it differs from eager by TF32 rounding, ~4e-4 here, not by float32 rounding).
 Both forms (reference.py): plain calls forward(sample, timestep, global_cond); step reads FiLM as
 table[timestep] + obs (two small ops inside the captured or compiled region).
 """
