@@ -133,8 +133,8 @@ def test_cuda_extension_of_two_versions_in_one_process(tmp_path):
     stream.write_text(stream.read_text() + "\n// side B\n")
     s = Session()
     b = registry.load([tmp_path / "kernels"], package="dpk.families_b", families=["conv1d"])
-    ext_a = importlib.import_module("dpk.families.conv1d.cuda_kernels").extension()
-    ext_b = importlib.import_module("dpk.families_b.conv1d.cuda_kernels").extension()
+    ext_a = importlib.import_module("dpk.families.conv1d.cuda_variants").extension()
+    ext_b = importlib.import_module("dpk.families_b.conv1d.cuda_variants").extension()
     assert ext_a is not ext_b and ext_a.__name__ != ext_b.__name__
     case = s.find_case("conv1d", "c1024_c1024_l4_k5", "pusht")
     for reg in (s.registry, b):

@@ -4,23 +4,25 @@ the tolerance's power to catch broken outputs, and NumPy models of the CUDA kern
 compiled host planners."""
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import math
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from dpk.build import nvcc_path, shared_include_dir
+import dpk
+from dpk import parity
+from dpk.build import nvcc_path
 from dpk.cases import load_suite_file, make_case
-from dpk.registry import load
+from dpk.registry import Registry, load
 
-ROOT = Path(__file__).resolve().parents[1]
+from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+
 CONV = ROOT / "kernels" / "conv1d"
 SUITES = load_suite_file(ROOT / "suites" / "conv1d.yaml").suites
 REG = load([ROOT / "kernels"], strict=True)
@@ -29,8 +31,8 @@ models = importlib.import_module("dpk.families.conv1d._models")
 tmodels = importlib.import_module("dpk.families.conv1d._models_tiled")
 rmodels = importlib.import_module("dpk.families.conv1d._models_rows")
 omodels = importlib.import_module("dpk.families.conv1d._models_optimized")
-validate = importlib.import_module("dpk.families.conv1d._validate")
-cuda_kernels = importlib.import_module("dpk.families.conv1d.cuda_kernels")
+checks = importlib.import_module("dpk.families.conv1d._checks")
+cuda_variants = importlib.import_module("dpk.families.conv1d.cuda_variants")
 INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -51,11 +53,7 @@ def torch_conv(x, w, b):
 
 # ---- suites ----
 def test_pusht_suite_is_the_unet_walk_plus_batched_largest():
-    spec = importlib.util.spec_from_file_location("pusht_unet", ROOT / "suites" / "pusht_unet.py")
-    unet = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = unet  # dataclasses resolve annotations through sys.modules
-    spec.loader.exec_module(unet)
-    convs, _ = unet.walk()
+    convs, _ = pusht_unet().walk()
     walk_shapes = {(c.cin, c.cout, c.length, c.k) for c in convs}
     cases = [shape(c) for c in SUITES["pusht"]]
     assert len(cases) == len(set(cases))
@@ -66,7 +64,7 @@ def test_pusht_suite_is_the_unet_walk_plus_batched_largest():
 
 
 def test_smoke_is_small_and_sweep_bounded():
-    tk = importlib.import_module("dpk.families.conv1d._triton_conv1d") if importlib.util.find_spec("triton") else None
+    tk = importlib.import_module("dpk.families.conv1d._triton_kernels") if importlib.util.find_spec("triton") else None
     for c in SUITES["smoke"]:
         B, Cin, Cout, L, K = shape(c)
         assert B * Cin * Cout * L * K < 10**6, c.id
@@ -100,7 +98,7 @@ BAD = {
 def test_shared_validation_names_the_problem(bad):
     make, exc, msg = BAD[bad]
     with pytest.raises(exc, match=msg):
-        validate.check_conv1d_inputs(*make(*good()), variant="t", dtypes=(torch.float32, torch.bfloat16))
+        checks.check_conv1d_inputs(*make(*good()), variant="t", dtypes=(torch.float32, torch.bfloat16))
 
 
 @pytest.mark.parametrize("bad", sorted(BAD))
@@ -122,14 +120,42 @@ def test_gpu_variants_validate_before_launch(name):
             fn(*good())
 
 
-def test_optimized_limits():
-    with pytest.raises(ValueError, match="K=9 not supported"):
-        cuda_kernels.check_optimized_shape(64, 9)
-    with pytest.raises(ValueError, match="Cin=4096 not supported"):
-        cuda_kernels.check_optimized_shape(4096, 5)
+def test_optimized_limits_are_unavailable_not_errors():
+    """Valid shapes the seed kernel cannot run are a capability limit (dpk.Unavailable), not bad input."""
+    for cin, k, msg in ((64, 9, "K=9 not supported"), (4096, 5, "Cin=4096 not supported")):
+        with pytest.raises(dpk.Unavailable, match=msg):
+            cuda_variants.check_optimized_shape(cin, k)
     for c in [*SUITES["pusht"], *SUITES["smoke"], *SUITES["sweep"]]:  # every suite shape runs on optimized
-        cuda_kernels.check_optimized_shape(c["Cin"], c.get("K", 5))
+        cuda_variants.check_optimized_shape(c["Cin"], c.get("K", 5))
         assert omodels.optimized_config(c["Cin"], c["L"], c.get("K", 5)) is not None, c.id
+    if INTERPRETED:  # the Triton grid's z limit, checked before launch
+        with pytest.raises(dpk.Unavailable, match="batch 65536 exceeds the grid's z limit"):
+            REG.variant("conv1d", "triton").fn(*good(B=65536, Cin=1, Cout=1, L=1, K=1))
+
+
+CIN_4096 = make_case("conv1d", "c4096_c64_l4_k5", B=1, Cin=4096, Cout=64, L=4, K=5)  # B*L <= 16: the seed kernel
+
+
+def test_parity_reports_optimized_cin_4096_as_unavailable(monkeypatch):
+    """dpk.parity.check of conv1d.optimized at Cin = 4096 reports `unavailable: <reason>`, not `error`. Without a GPU
+    the variant runs here with its device requirement lifted (CPU tensors pass its input checks; the extension must not
+    be reached): the classification is decided before launch, in the variant's own checks."""
+    if torch.cuda.is_available():
+        pytest.skip("test_parity_optimized_cin_4096_on_gpu runs the real variant")
+    monkeypatch.setattr(cuda_variants, "check_conv1d_inputs",
+                        lambda *a, **kw: checks.check_conv1d_inputs(*a, **{**kw, "device_type": None}))
+    monkeypatch.setattr(cuda_variants, "extension", lambda: pytest.fail("launched past the Cin limit"))
+    optimized = dataclasses.replace(REG.variant("conv1d", "optimized"), needs=())
+    reg = Registry(families={"conv1d": FAM}, variants={"conv1d": {"optimized": optimized}})
+    res = parity.check(reg, "conv1d", "optimized", CIN_4096, torch.device("cpu"))
+    assert res.status == "unavailable", res.summary()
+    assert "Cin=4096 not supported (supports Cin <= 2048)" in res.reason
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_parity_optimized_cin_4096_on_gpu():
+    res = parity.check(REG, "conv1d", "optimized", CIN_4096, torch.device("cuda"))
+    assert res.status == "unavailable" and "Cin=4096 not supported" in res.reason, res.summary()
 
 
 # ---- numerics ----
@@ -529,43 +555,6 @@ def test_broken_rows_models_are_caught(threads):
             assert not rows_close(broken, ref), dims
 
 
-HOST_MAIN = r"""
-#include <cstdio>
-#include "conv1d.h"
-int main() {
-    const Conv1dStreamConfig ds;
-    const Conv1dTiledConfig dt;
-    printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d\n", ds.rows_per_warp, ds.vecs_per_row, ds.stages,
-           ds.ctas_per_sm, ds.cache_policy, ds.tiled_min_bl, ds.bulk, ds.rows, ds.row_chunks, ds.row_threads,
-           ds.row_ahead, dt.tile, dt.stages, dt.ctas_per_sm, dt.cache_policy, dt.mma, kConv1dOptimizedTiledMinBL,
-           kConv1dRowsMaxChunks);
-    int B, Cin, Cout, L, K, sms;
-    Conv1dStreamConfig s;
-    Conv1dTiledConfig t;
-    while (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &B, &Cin, &Cout, &L, &K, &sms,
-                 &s.rows_per_warp, &s.vecs_per_row, &s.stages, &s.ctas_per_sm, &s.cache_policy, &s.bulk, &s.rows,
-                 &s.row_chunks, &s.row_threads, &s.row_ahead, &t.tile, &t.stages, &t.ctas_per_sm,
-                 &t.cache_policy, &t.mma) == 21) {
-        const Conv1dShape shape{B, Cin, Cout, L, K};
-        for (int elem : {4, 2}) {
-            const Conv1dStreamPlan p = conv1d_stream_plan(shape, elem, s, sms);
-            printf("%d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", p.ok, p.rows_per_warp, p.vecs_per_row,
-                   p.outputs_per_pass, p.passes, p.splits, p.row_groups, p.chunks, p.chunks_per_cta, p.stages,
-                   p.smem_bytes, p.workspace_floats, p.counters, p.bulk, p.rows);
-            const Conv1dRowsPlan r = conv1d_rows_plan(shape, elem, s.row_chunks, s.row_threads, s.row_ahead, sms);
-            printf("%d %d %d %d %d %d %d %d %zu ", r.ok, r.outputs, r.rows_per_cta, r.ctas, r.chunks, r.chunk_cols,
-                   r.threads, r.ahead, r.smem_bytes);
-        }
-        const Conv1dTiledPlan q = conv1d_tiled_plan(shape, t, sms);
-        printf("%d %d %d %d %d %d %d %d %d %d %d %d %d %zu %zu %d %d %d ", q.ok, q.tile, q.bm, q.bn, q.bk, q.tm,
-               q.tn, q.threads, q.n_tiles, q.m_tiles, q.splits, q.k_steps, q.stages, q.smem_bytes,
-               q.workspace_floats, q.counters, q.cache_policy, q.mma);
-        Conv1dOptimizedConfig c{};
-        const bool ok = conv1d_optimized_config(shape, &c);
-        printf("%d %d %d %d %zu\n", ok, c.cpt, c.lt, c.threads, c.smem_bytes);
-    }
-}
-"""
 STREAM_KEYS = ("rows_per_warp", "vecs_per_row", "stages", "ctas_per_sm", "cache_policy", "bulk", "rows", "row_chunks",
                "row_threads", "row_ahead")
 TILED_KEYS = ("tile", "stages", "ctas_per_sm", "cache_policy", "mma")
@@ -577,14 +566,10 @@ def test_compiled_host_logic_matches_models(tmp_path):
     unoptimized PTX, which keeps the build ~10 s), run them: stream plans (rows path included) and conv1d_rows_plan
     itself at the knobs' row_chunks and row_threads (384: not instantiated, both planners reject it), both element
     sizes."""
-    (tmp_path / "main.cpp").write_text(HOST_MAIN)
+    sources = [CUDA_TESTS / "conv1d_host_plans.cpp", *(CONV / f for f in ("stream.cu", "stream_rows.cu", "tiled.cu",
+                                                                          "optimized.cu"))]
     exe = tmp_path / "plans"
-    build = subprocess.run([nvcc_path(), "-gencode", "arch=compute_90,code=compute_90", "-Xcicc", "-O0", f"-I{CONV}",
-                            f"-I{shared_include_dir()}",
-                            str(tmp_path / "main.cpp"), *(str(CONV / f) for f in ("stream.cu", "stream_rows.cu",
-                                                                                  "tiled.cu", "optimized.cu")),
-                            "-o", str(exe)], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-2000:]
+    nvcc_build(exe, sources, ["-gencode", "arch=compute_90,code=compute_90", "-Xcicc", "-O0"], "conv1d")
     rng = np.random.default_rng(0)
     shapes = ALL_SHAPES + [
         (b, cin, cout, ln, k) for b, cout in ((1, 33), (3, 1000)) for cin in (1, 2, 31, 257, 1100, 2048, 2049, 4096)
@@ -608,7 +593,7 @@ def test_compiled_host_logic_matches_models(tmp_path):
     run = subprocess.run([str(exe)], input=text, capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
     out = run.stdout.splitlines()
-    assert list(map(int, out[0].split())) == [*defaults, cuda_kernels.OPTIMIZED_TILED_MIN_BL, rmodels.ROWS_MAX_CHUNKS]
+    assert list(map(int, out[0].split())) == [*defaults, cuda_variants.OPTIMIZED_TILED_MIN_BL, rmodels.ROWS_MAX_CHUNKS]
     for (s, sms, sk, tk), line in zip(lines, out[1:], strict=True):
         got = list(map(int, line.split()))
         sknobs, tknobs = dict(zip(STREAM_KEYS, sk, strict=True)), dict(zip(TILED_KEYS, tk, strict=True))
@@ -631,7 +616,7 @@ def test_compiled_host_logic_matches_models(tmp_path):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
 def test_extension_plans_match_models():
-    ext = cuda_kernels.extension()
+    ext = cuda_variants.extension()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert list(ext.default_knobs("stream")) == [*models.STREAM_DEFAULTS.values(), *tmodels.TILED_DEFAULTS.values()]
     for B, Cin, Cout, L, K in ALL_SHAPES:
@@ -654,11 +639,11 @@ def test_stream_rows_parity_on_gpu(chunks, threads, ahead):
     where the model fits."""
     from dpk.parity import ParityResult, compare, reference_output, resolve_tolerance
 
-    ext = cuda_kernels.extension()
+    ext = cuda_variants.extension()
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     variant = REG.variant("conv1d", "stream")
-    knobs = cuda_kernels.StreamKnobs(rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead)
+    knobs = cuda_variants.StreamKnobs(rows=1, row_chunks=chunks, row_threads=threads, row_ahead=ahead)
     planned = 0
     assert ROWS_GPU_CASES
     for case in ROWS_GPU_CASES:
@@ -672,7 +657,7 @@ def test_stream_rows_parity_on_gpu(chunks, threads, ahead):
                                                  "row_ahead": ahead}, sms))
         assert plan[-1] == fits, case.id
         planned += fits
-        out = cuda_kernels.run_stream(x, w, b, knobs)
+        out = cuda_variants.run_stream(x, w, b, knobs)
         torch.cuda.synchronize()
         res = ParityResult("conv1d", f"stream rows chunks{chunks} t{threads} ahead{ahead}", case.id, case.dtype)
         compare([out], reference_output(FAM, case, dev), resolve_tolerance(FAM, variant, case), res)

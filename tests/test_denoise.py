@@ -18,17 +18,17 @@ import importlib.util
 import math
 import struct
 import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from dpk import parity, registry
+from dpk.build import nvcc_path
 from dpk.cases import load_suite_file, make_case
 
-ROOT = Path(__file__).resolve().parent.parent
+from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+
 GPU = torch.cuda.is_available()
 HAS_DIFFUSERS = importlib.util.find_spec("diffusers") is not None
 CPU = torch.device("cpu")
@@ -38,7 +38,7 @@ REG = registry.load([ROOT / "kernels"], strict=True)
 S = importlib.import_module("dpk.families.denoise._schedule")
 N = importlib.import_module("dpk.families.denoise._noise")
 PHILOX = importlib.import_module("dpk.families.denoise._philox")
-CUDA_STEP = importlib.import_module("dpk.families.denoise.cuda_step")
+CUDA_STEP = importlib.import_module("dpk.families.denoise.cuda_variants")
 FAM = REG.family("denoise")
 Schedule, NoiseSpec = S.Schedule, N.NoiseSpec
 
@@ -199,7 +199,7 @@ def test_reference_is_diffusers_in_float64(monkeypatch, loop):
     import diffusers.schedulers.scheduling_ddpm as ddpm_mod
 
     sched = LOOPS[loop]
-    sch = importlib.import_module("dpk.families.denoise.diffusers_step").scheduler_for(sched)
+    sch = importlib.import_module("dpk.families.denoise.torch_variants").scheduler_for(sched)
     g = torch.Generator().manual_seed(3)
     shape = (3, 5, 7)
     worst = 0.0
@@ -386,10 +386,7 @@ def test_broken_variants_fail_parity(broken, case_params):
 # --- suites ----------------------------------------------------------------------------------------------
 
 def test_suites_cover_the_issue():
-    spec = importlib.util.spec_from_file_location("pusht_unet", ROOT / "suites" / "pusht_unet.py")
-    pusht_unet = importlib.util.module_from_spec(spec)
-    sys.modules["pusht_unet"] = pusht_unet  # dataclasses look their module up while decorating
-    spec.loader.exec_module(pusht_unet)
+    unet = pusht_unet()
     suites = load_suite_file(ROOT / "suites" / "denoise.yaml").suites
     assert set(suites) == {"smoke", "pusht", "sweep"}
 
@@ -397,11 +394,11 @@ def test_suites_cover_the_issue():
         return {(c["B"], c["T"], c["D"]) for c in cases if all(c.get(k) == v for k, v in want.items())}
     pusht_ddpm = dict(scheduler="ddpm", num_train_timesteps=100, num_inference_steps=100,
                       beta_schedule="squaredcos_cap_v2", clip_sample=True)
-    assert shapes(suites["pusht"], **pusht_ddpm) == {pusht_unet.action_shape(1), (1, 16, 10), (64, 16, 2),
+    assert shapes(suites["pusht"], **pusht_ddpm) == {unet.action_shape(1), (1, 16, 10), (64, 16, 2),
                                                      (256, 32, 7)}
     assert {c["step"] for c in suites["pusht"] if c["scheduler"] == "ddpm"} == {0, 50, 98, 99}
     assert any(c["scheduler"] == "ddim" and c["num_inference_steps"] == 16 for c in suites["pusht"])
-    sweep_steps = {c["step"] for c in suites["sweep"] if (c["B"], c["T"], c["D"]) == pusht_unet.action_shape(1)
+    sweep_steps = {c["step"] for c in suites["sweep"] if (c["B"], c["T"], c["D"]) == unet.action_shape(1)
                    and all(c.get(k) == v for k, v in pusht_ddpm.items())}
     assert sweep_steps == set(range(100))
     smoke = suites["smoke"]
@@ -424,46 +421,13 @@ def test_philox_reimplementation_known_answers():
     assert abs(z.mean()) < 5 / math.sqrt(z.size) and abs(z.var() - 1) < 5 * math.sqrt(2 / z.size)
 
 
-HOST_HARNESS = r"""
-#include "denoise_kernel.cu"  // its __host__ __device__ step_element / philox_normal4, run on the CPU
-#include <cstdio>
-#include <vector>
-int main(int argc, char** argv) {  // in: n, row[8], seed, offset, step, eps[n], x[n], z[n]; out: y[n], normals[n]
-  FILE* f = fopen(argv[1], "rb");
-  int64_t n, step; uint64_t seed, offset; float c[8];
-  if (fread(&n, 8, 1, f) != 1 || fread(c, 4, 8, f) != 8 || fread(&seed, 8, 1, f) != 1 ||
-      fread(&offset, 8, 1, f) != 1 || fread(&step, 8, 1, f) != 1) return 1;
-  std::vector<float> e(n), x(n), z(n), y(n), w(n);
-  if (fread(e.data(), 4, n, f) != (size_t)n || fread(x.data(), 4, n, f) != (size_t)n ||
-      fread(z.data(), 4, n, f) != (size_t)n) return 1;
-  const Row r{c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]};
-  for (int64_t j = 0; j < n; ++j)
-    y[j] = step_element(r, e[j], x[j], z[j], r.c_x != 0.f, r.c_eps != 0.f, r.sigma != 0.f);
-  for (int64_t g = 0; 4 * g < n; ++g) {
-    const float4 v = philox_normal4(seed, offset, step, g);
-    for (int k = 0; k < 4 && 4 * g + k < n; ++k) w[4 * g + k] = lane(v, k);
-  }
-  FILE* o = fopen(argv[2], "wb");
-  fwrite(y.data(), 4, n, o);
-  fwrite(w.data(), 4, n, o);
-  return fclose(o);
-}
-"""
-
-
 @pytest.fixture(scope="module")
 def host_kernel(tmp_path_factory):
-    """denoise_kernel.cu's element math and Philox compiled for the CPU with nvcc (no GPU needed)."""
-    from dpk.build import nvcc_path
-
-    nvcc = nvcc_path()
-    if nvcc is None:
+    """denoise.cu's element math and Philox compiled for the CPU by nvcc (tests/cuda/denoise_host.cu; no GPU)."""
+    if nvcc_path() is None:
         pytest.skip("nvcc not found")
     d = tmp_path_factory.mktemp("denoise_host")
-    (d / "harness.cu").write_text(HOST_HARNESS)
-    proc = subprocess.run([nvcc, "-arch=sm_90", "-O2", f"-I{ROOT / 'kernels' / 'denoise'}", str(d / "harness.cu"),
-                           "-o", str(d / "harness")], capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    nvcc_build(d / "harness", [CUDA_TESTS / "denoise_host.cu"], ["-arch=sm_90", "-O2"], "denoise", timeout=300)
 
     def run(row, eps, x, z, seed, offset, step):
         n = x.numel()
@@ -557,7 +521,7 @@ def test_cuda_philox_noise(loop):
 def test_diffusers_reads_a_device_step_once_per_tensor_and_value():
     """The host value of the device step index is memoised per tensor and version: an in-place write or a new
     tensor reads again; a repeated call does not touch the device (no sync: a pending spin stays pending)."""
-    host_step = importlib.import_module("dpk.families.denoise.diffusers_step").host_step
+    host_step = importlib.import_module("dpk.families.denoise.torch_variants").host_step
     dev = torch.device("cuda")
     step = torch.tensor(5, device=dev)
     assert host_step(step) == 5

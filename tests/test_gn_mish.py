@@ -11,8 +11,6 @@ import importlib
 import importlib.util
 import re
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 import torch
@@ -23,8 +21,10 @@ from dpk.build import nvcc_path
 from dpk.cases import load_suite_file
 from dpk.tolerance import unit_roundoff
 
-ROOT = Path(__file__).resolve().parent.parent
+from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+
 FAMILY = "gn_mish"
+HOST_FLAGS = ["-O2", "-std=c++17"]  # tests/cuda/gn_mish_plan_*.cu: the planner built for the host
 HAS_TRITON = importlib.util.find_spec("triton") is not None
 HAS_CUDA = torch.cuda.is_available()
 
@@ -71,6 +71,11 @@ def assert_within(out: torch.Tensor, ref: torch.Tensor, tol: dpk.Tolerance) -> N
     assert worst <= 1.0, f"max error/limit = {worst:.3g} ({tol.why})"
 
 
+def _reference(fam, inputs: tuple) -> torch.Tensor:
+    """The float64 oracle on a case's inputs (tensors upcast, G and eps as they are)."""
+    return fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
+
+
 def exceeds(out: torch.Tensor, ref: torch.Tensor, tol: dpk.Tolerance) -> bool:
     return bool(((out.double() - ref).abs() > tol.atol + tol.rtol * ref.abs()).any())
 
@@ -84,11 +89,7 @@ def test_registry_has_all_variants(registry):
 
 
 def test_pusht_suite_is_unet_groupnorms_at_batches_1_8_64(suites):
-    spec = importlib.util.spec_from_file_location("pusht_unet", ROOT / "suites" / "pusht_unet.py")
-    unet = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = unet  # its dataclasses look their module up while the class is built
-    spec.loader.exec_module(unet)
-    _, norms = unet.walk()
+    _, norms = pusht_unet().walk()
     expected = {(b, n.channels, n.length, n.groups) for n in norms for b in (1, 8, 64)}
     cases = suites["pusht"]
     got = {(c["B"], c["C"], c["L"], c.get("G", 8)) for c in cases}
@@ -142,7 +143,7 @@ def test_shared_validator_rejects(registry, what):
 def _cpu_entry_points(registry) -> dict:
     points = {"eager": registry.variant(FAMILY, "eager").fn,
               # compiled validates before it compiles, so bad input fails fast even without a GPU
-              "compiled": family_module(registry, "compiled").compiled_gn_mish}
+              "compiled": family_module(registry, "torch_variants").compiled_gn_mish}
     if HAS_TRITON and not HAS_CUDA:
         points["triton"] = registry.variant(FAMILY, "triton").fn
     return points
@@ -157,13 +158,27 @@ def test_cpu_variants_reject(registry, what):
 
 
 def test_gpu_variants_reject_cpu_tensors(registry):
-    fused = family_module(registry, "fused")
+    fused = family_module(registry, "cuda_variants")
     x, g, b = _good()
     with pytest.raises(ValueError, match="needs cuda tensors"):
         fused.fused_gn_mish(x, g, b, 4, 1e-5)
     if HAS_TRITON and HAS_CUDA:
         with pytest.raises(ValueError, match="needs cuda tensors"):
             registry.variant(FAMILY, "triton").fn(x, g, b, 4, 1e-5)
+
+
+@pytest.mark.parametrize("shape,groups,msg", [((1, 8, 2**30 + 1), 8, "a group of 1073741825 elements"),
+                                              ((2**27 + 1, 1, 1), 1, "B\\*G = 134217729 groups")])
+def test_fused_limits_are_unavailable_not_errors(registry, monkeypatch, shape, groups, msg):
+    """A valid shape beyond the fused kernel's indexing limits is a capability limit (dpk.Unavailable), checked
+    before launch (meta tensors: the device check is lifted, the shapes are real)."""
+    fused = _fused_module()
+    checks = family_module(registry, "_checks")
+    monkeypatch.setattr(fused, "check_inputs", lambda *a, **kw: checks.check_inputs(*a, **{**kw, "device_type": None}))
+    x = torch.empty(shape, device="meta")
+    gamma = torch.empty(shape[1], device="meta")
+    with pytest.raises(dpk.Unavailable, match=msg):
+        fused._check(x, gamma, gamma, groups, 1e-5)
 
 
 # ---- Triton under the interpreter (or on the GPU) ----------------------------------------------------------
@@ -176,13 +191,13 @@ TRITON_CASES = [("b2_c24_l7_g8", "float32"), ("b2_c32_l1_g8", "bfloat16"), ("b1_
 @pytest.mark.parametrize("name,dtype", TRITON_CASES)
 @pytest.mark.parametrize("max_tile", [4096, 16])  # 16 forces the multi-tile (Chan merge) loop
 def test_triton_matches_reference(registry, fam, suites, name, dtype, max_tile):
-    kernel = family_module(registry, "_triton_kernel")
+    kernel = family_module(registry, "_triton_kernels")
     case = smoke_case(suites, name, dtype)
     device = torch.device("cuda" if HAS_CUDA else "cpu")
     inputs = fam.make_inputs(case, device)
     out = kernel.gn_mish_triton(*inputs, max_tile=max_tile)
     assert out.dtype == inputs[0].dtype and out.shape == inputs[0].shape
-    ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
+    ref = _reference(fam, inputs)
     assert_within(out, ref, fam.tolerance(case, "float32"))
 
 
@@ -206,7 +221,7 @@ def _check_extreme(out: torch.Tensor) -> None:
 
 @pytest.mark.skipif(not HAS_TRITON, reason="triton not installed")
 def test_triton_mish_is_stable_for_extreme_z(registry):
-    kernel = family_module(registry, "_triton_kernel")
+    kernel = family_module(registry, "_triton_kernels")
     _check_extreme(kernel.gn_mish_triton(*_extreme_z_inputs(torch.device("cuda" if HAS_CUDA else "cpu"))))
 
 
@@ -262,7 +277,7 @@ def test_inputs_exercise_the_affine(fam):
 
 def test_compiled_keeps_one_cache_per_shape(registry, fam):
     """More shapes than Dynamo's recompile limit must not fall back to eager (each shape has its own code)."""
-    compiled = family_module(registry, "compiled")
+    compiled = family_module(registry, "torch_variants")
     with torch._dynamo.config.patch(recompile_limit=1, fail_on_recompile_limit_hit=True):
         for B, C, L in [(1, 16, 5), (2, 24, 7), (1, 32, 3)]:
             case = dpk.make_case(FAMILY, "t", B=B, C=C, L=L, G=4)
@@ -274,7 +289,7 @@ def test_compiled_keeps_one_cache_per_shape(registry, fam):
 # ---- fused: plan knobs and the host-compiled planner (CPU) ----------------------------------------------------
 
 def _fused_module():
-    return importlib.import_module(f"dpk.families.{FAMILY}.fused")
+    return importlib.import_module(f"dpk.families.{FAMILY}.cuda_variants")
 
 
 
@@ -315,7 +330,7 @@ def test_tuning_labels_and_order(registry):
     assert fields == [f.name for f in dataclasses.fields(tuning)]
     knobs = [64, 2, 32, 1, 128, 4, 3, 1, -1, 1, 7, 2, 1, 64, 4, 2]
     assert tuning(*knobs).as_list() == knobs
-    binding = (ROOT / "kernels" / FAMILY / "gn_mish_binding.cpp").read_text()
+    binding = (ROOT / "kernels" / FAMILY / "binding.cpp").read_text()
     assert re.findall(r"&lim\.(\w+)", binding) == fields, "the binding reads the knobs in Limits order"
 
 
@@ -330,232 +345,8 @@ def test_tune_configs_are_valid(registry):
 
 def test_fused_rejects_a_non_tuning(registry):
     x, g, b = _good()
-    with pytest.raises(TypeError, match=r"fused\.Tuning"):
+    with pytest.raises(TypeError, match=r"cuda_variants\.Tuning"):
         _fused_module().fused_gn_mish(x, g, b, 4, 1e-5, tuning={"t0_threads": 64})
-
-
-PLAN_CHECK_MAIN = r"""
-// Host test of gn_mish_plan.cuh: for every shape x knobs x device, the plan's mapping (the kernels' loops,
-// repeated here) handles every vector of every group exactly once and respects the kernels' limits.
-#include <cstdio>
-#include <vector>
-#include "gn_mish_plan.cuh"
-using namespace gn_mish;
-static int failures = 0;
-static long checked = 0, persistent = 0, streaming = 0, stashed = 0, grid = 0, in_smem = 0, spread = 0;
-#define EXPECT(cond, ...) do { if (!(cond)) { if (failures++ < 40) { printf("FAIL %s: ", #cond); \
-  printf(__VA_ARGS__); printf("\n"); } return; } } while (0)
-
-// CTAs per SM of the tier-2 kernel (registers, threads, shared memory), 0 when `none`.
-static int grid_ctas_per_sm(const DeviceInfo& dev, int threads, int smem, bool none) {
-  if (none) return 0;
-  return std::min({kRegsPerSm / (threads * kTier1Regs), kThreadsPerSm / threads,
-                   dev.smem_per_sm / (smem + kStaticSmemBound + dev.smem_reserved)});
-}
-
-static void check_plan(const Problem& p, const Limits& lim, const DeviceInfo& dev, int vec, bool fits16,
-                       int resident_clusters, const char* what) {
-  auto clusters = [&](int, int k, int) { return k <= kPortableCluster || fits16 ? resident_clusters : 0; };
-  const bool few = resident_clusters < 8;  // the "few resident" variant: tier 2 cannot be resident at all
-  auto grid_resident = [&](int threads, int smem) { return grid_ctas_per_sm(dev, threads, smem, few); };
-  auto t1_resident = [&](const Plan& q) {
-    return int(std::min<int64_t>(1 << 30, int64_t(resident_clusters) * q.cluster));
-  };
-  const Plan pl = choose_plan(p, lim, dev, vec, [fits16](int) { return fits16; }, clusters, grid_resident,
-                              t1_resident);
-  const int64_t nv = p.channels / p.groups * p.length / vec, groups = p.batch * p.groups;
-  ++checked;
-  persistent += pl.persistent;
-  streaming += pl.chunks > 1;
-  stashed += pl.stash > 0;
-  grid += pl.tier == 2;
-  in_smem += pl.smem_slice;
-  spread += pl.tier == 3;
-  EXPECT(pl.vec == vec && pl.threads >= kWarp && pl.threads <= kMaxThreads && pl.threads % kWarp == 0, "%s", what);
-  std::vector<unsigned char> hits(size_t(nv), 0);
-  if (pl.tier == 3) {  // gn_mish_spread.cuh: CTA r holds vectors [r * piece, (r + 1) * piece) of every group
-    const int warps = pl.threads / kWarp;
-    EXPECT((lim.t3 > 0 || (lim.t3 == 0 && lim.t2 == 0)) && vec > 1 && dev.major >= 9 && groups <= kSpreadMaxGroups &&
-           pl.grid >= 1 &&
-           pl.grid <= std::min(dev.sms, kSpreadMaxCtas) && (!lim.t3_ctas || pl.grid == std::min(lim.t3_ctas, dev.sms))
-           && pl.reducers >= 1 && pl.reducers <= kSpreadMaxReducers && pl.reducers + 1 <= warps &&
-           (!lim.t3_reducers || pl.reducers == lim.t3_reducers) && pl.threads <= lim.max_threads &&
-           pl.slice_vecs % kSpreadPieceAlign == 0 && pl.slice_vecs * pl.grid >= nv &&
-           (pl.slice_vecs - kSpreadPieceAlign) * pl.grid < nv &&
-           pl.smem_bytes == groups * (pl.slice_vecs * 16 + pl.stage * 8) &&
-           pl.stage * 8 * groups <= kSpreadStageBytes && pl.smem_bytes + kSpreadStaticSmem <= dev.smem_optin &&
-           pl.counter_bytes == (groups + 1) * kSpreadCounterStride * 4 + groups * pl.grid * 8 &&
-           pl.partial_bytes == 0 && pl.depth >= 1 && pl.depth <= groups &&
-           pl.items == ceil_div(pl.slice_vecs, std::max<int64_t>(1, (warps - pl.reducers) / groups) * kWarp) &&
-           pl.depth == std::min<int64_t>(lim.t3_depth ? lim.t3_depth : kSpreadDepth, groups), "%s: tier-3 plan", what);
-    const FastDiv Ld(uint32_t(p.length));
-    std::vector<unsigned char> reduced(size_t(nv), 0);
-    for (int64_t r = 0; r < pl.grid; ++r) {  // a group warp's and the storers' loops over a piece
-      const int64_t lo = std::min(nv, r * pl.slice_vecs), count = std::min(nv, lo + pl.slice_vecs) - lo;
-      for (int t = 0; t < kWarp; ++t)
-        for (int64_t v = t; v < count; v += kWarp) ++reduced[size_t(lo + v)];
-      const int sws = warps - pl.reducers;  // storer warps, split over the groups as the kernel does
-      const bool wide = sws >= groups;
-      std::vector<int> stored(size_t(groups * count), 0);
-      for (int sw = 0; sw < sws; ++sw) {
-        const int q = wide ? sw / int(groups) : 0;
-        const int Q = wide ? (sws - sw % int(groups) + int(groups) - 1) / int(groups) : 1;
-        for (int64_t g = wide ? sw % groups : sw; g < groups; g += wide ? groups : sws)
-          for (int lane = 0; lane < kWarp; ++lane)
-            for (int64_t v = lane + q * kWarp; v < count; v += Q * kWarp) ++stored[size_t(g * count + v)];
-      }
-      for (int64_t i = 0; i < groups * count; ++i)
-        EXPECT(stored[size_t(i)] == 1, "%s: stored %lld", what, (long long)i);
-      for (int64_t v = 0; v < count; ++v) ++hits[size_t(lo + v)];
-      if (pl.stage > 0 && count > 0) {  // the staged channels cover the piece's
-        const int first = int(Ld.div(uint32_t(lo * vec))), last = int(Ld.div(uint32_t((lo + count) * vec - 1)));
-        EXPECT(last - first < pl.stage, "%s: staged %d channels, piece spans %d", what, pl.stage, last - first + 1);
-      }
-    }
-    for (int64_t v = 0; v < nv; ++v) EXPECT(reduced[size_t(v)] == 1, "%s: reduced vector %lld", what, (long long)v);
-  } else if (pl.tier == 0) {
-    const int tpg = pl.group_threads, gpc = pl.groups_per_cta, wpg = tpg / kWarp;
-    EXPECT(nv <= kTier0MaxVecs && is_pow2(tpg) && tpg >= kWarp && pl.threads == tpg * gpc, "%s", what);
-    EXPECT(is_pow2(pl.items) && pl.items <= kTier0MaxItems && pl.threads <= tier0_max_cta(pl.items), "%s", what);
-    EXPECT(pl.threads / kWarp <= kWarp && (wpg <= 2 || wpg % 4 == 0), "%s: shared partials", what);
-    EXPECT(pl.grid * gpc >= groups && (pl.grid - 1) * gpc < groups, "%s: grid", what);
-    EXPECT(!lim.t0_threads || tpg == lim.t0_threads, "%s: t0_threads ignored", what);
-    for (int t = 0; t < tpg; ++t)
-      for (int j = 0; j < pl.items; ++j)
-        if (t + int64_t(j) * tpg < nv) ++hits[size_t(t + j * tpg)];
-  } else {
-    const int k = pl.cluster, chunk = pl.threads * pl.items, cg = int(p.channels / p.groups);
-    const bool t2 = pl.tier == 2;
-    EXPECT(pl.tier == 1 || (t2 && lim.t2 >= 0 && !few), "%s: tier %d", what, pl.tier);
-    if (t2) {  // S CTAs per group, the grid resident, grid / S slots; 2 counters per group, S partials per group
-      const int ctas_sm = grid_ctas_per_sm(dev, pl.threads, pl.smem_bytes, false);
-      EXPECT(k >= 1 && k <= kGridMaxCtas && (!lim.t2_ctas || k == lim.t2_ctas) && pl.grid % k == 0 &&
-             pl.grid / k >= 1 && pl.grid / k <= groups && pl.grid <= int64_t(ctas_sm) * dev.sms &&
-             pl.persistent == (pl.grid / k < groups) && pl.chunks == int(ceil_div(pl.slice_vecs, chunk)) &&
-             pl.counter_bytes == groups * 8 && pl.partial_bytes == groups * k * 16 && (pl.stash == 0 || vec > 1) &&
-             (lim.t1_stash >= 0 || pl.stash == 0), "%s: tier-2 plan", what);
-      std::vector<int> owner(size_t(groups), 0);  // slot s takes groups s, s + slots, ...: each exactly once
-      for (int64_t s = 0; s < pl.grid / k; ++s)
-        for (int64_t g = s; g < groups; g += pl.grid / k) ++owner[size_t(g)];
-      for (int64_t g = 0; g < groups; ++g) EXPECT(owner[size_t(g)] == 1, "%s: group %lld", what, (long long)g);
-    } else {
-      EXPECT(is_pow2(k) && k <= kMaxCluster && (k <= kPortableCluster || fits16) && (dev.major >= 9 || k == 1) &&
-             k <= lim.max_cluster, "%s: cluster %d", what, k);
-    }
-    EXPECT(pl.threads <= lim.max_threads && (!lim.t1_threads || pl.threads == std::min(lim.t1_threads,
-           lim.max_threads / kWarp * kWarp)), "%s: threads %d", what, pl.threads);
-    if (pl.smem_slice) {  // gn_mish_smem.cuh: one pass of blockDim-strided vectors, the slice in shared memory
-      EXPECT(pl.tier == 1 && lim.t1_smem >= 0 && !pl.persistent && pl.stash == 0 && pl.chunks == 1 && vec > 1 &&
-             pl.threads <= kSmemSliceThreads && pl.items == int(ceil_div(pl.slice_vecs, pl.threads)) &&
-             pl.items <= 2 * kSmemSliceItems && pl.smem_bytes == stash_offset(pl.stage) + pl.slice_vecs * 16 &&
-             pl.smem_bytes + kStaticSmemBound <= dev.smem_optin, "%s: smem-slice plan", what);
-    } else {
-      EXPECT(pl.items == tier1_items_full(vec) || pl.items == tier1_items_half(vec), "%s: items", what);
-    }
-    EXPECT(pl.slice_vecs * k >= nv && pl.stage <= kStageMaxChannels, "%s", what);
-    if (pl.persistent && !t2) {  // clusters loop over groups c, c + C, ...; one register chunk, one staged chan/thread
-      EXPECT(lim.t1_persistent && pl.items == tier1_items_half(vec) && pl.chunks == 1 &&
-             pl.slice_vecs <= int64_t(pl.threads) * pl.items && pl.stage <= pl.threads &&
-             pl.smem_bytes >= 4 * pl.stage * 4 && pl.grid % k == 0 && pl.grid / k <= resident_clusters &&
-             pl.grid / k >= 1 && pl.grid <= groups * k, "%s: persistent plan", what);
-      // its own static bound: the padding to t1_ctas_per_sm CTAs must leave room for them, static part included
-      EXPECT(pl.smem_bytes + kPersistentStaticSmem <= dev.smem_optin && (lim.t1_ctas_per_sm == 0 ||
-             int64_t(pl.smem_bytes + kPersistentStaticSmem + dev.smem_reserved) * lim.t1_ctas_per_sm <=
-             dev.smem_per_sm), "%s: persistent smem %d", what, pl.smem_bytes);
-    } else if (!t2) {
-      EXPECT(pl.grid == groups * k, "%s: grid", what);
-    }
-    EXPECT(pl.smem_bytes >= pl.stage * 8 && pl.smem_bytes <= std::max(pl.stage * 8, dev.smem_optin -
-           kStaticSmemBound), "%s: smem %d", what, pl.smem_bytes);
-    if (lim.t1_ctas_per_sm > 0 && pl.smem_bytes > pl.stage * 8 && !pl.smem_slice)  // one more CTA must not fit
-      EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound / 2 + dev.smem_reserved) * (lim.t1_ctas_per_sm + 1) >
-             dev.smem_per_sm, "%s: residency cap", what);
-    EXPECT(pl.stash >= 0 && pl.stash <= std::max(0, (pl.chunks - 1) * pl.items) && (pl.stash == 0 ||
-           (vec > 1 && (t2 || !pl.persistent) && lim.t1_stash >= 0 && (lim.t1_stash == 0 ||
-                                                                       pl.stash <= lim.t1_stash))),
-           "%s: stash %d", what, pl.stash);
-    if (pl.stash > 0) {  // the stash fits after the staged affine and costs no residency
-      EXPECT(pl.smem_bytes >= stash_offset(pl.stage) + pl.stash * pl.threads * 16, "%s: stash smem", what);
-      const int ctas = lim.t1_ctas_per_sm ? lim.t1_ctas_per_sm : std::max(1, std::min(
-          kRegsPerSm / (pl.threads * kTier1Regs), kThreadsPerSm / pl.threads));
-      EXPECT(int64_t(pl.smem_bytes + kStaticSmemBound + dev.smem_reserved) * ctas <= dev.smem_per_sm,
-             "%s: stash of %d costs residency", what, pl.stash);
-    }
-    if (pl.persistent && !t2) {  // gn_mish_persistent_kernel: cluster c takes groups c, c + C, ...: each once
-      std::vector<int> owner(size_t(groups), 0);
-      const int64_t clusters = pl.grid / k;
-      for (int64_t c = 0; c < clusters; ++c)
-        for (int64_t g = c; g < groups; g += clusters) ++owner[size_t(g)];
-      for (int64_t g = 0; g < groups; ++g) EXPECT(owner[size_t(g)] == 1, "%s: group %lld", what, (long long)g);
-    }
-    const FastDiv Ld(uint32_t(p.length));
-    for (int r = 0; r < k; ++r) {  // the cluster and grid kernels' loops (the persistent kernel's: chunks == 1)
-      const int v_begin = int(std::min<int64_t>(nv, r * pl.slice_vecs));
-      const int v_end = int(std::min<int64_t>(nv, v_begin + pl.slice_vecs));
-      const int chunks = (v_end - v_begin + chunk - 1) / chunk;
-      EXPECT(chunks <= pl.chunks, "%s: chunks", what);
-      if (pl.stage > 0 && v_end > v_begin) {
-        const int lo = int(Ld.div(uint32_t(v_begin * vec))), hi = int(Ld.div(uint32_t(v_end * vec - 1)));
-        EXPECT(hi - lo < pl.stage && hi < cg, "%s: staged %d channels, slice spans %d", what, pl.stage, hi - lo + 1);
-      }
-      if (pl.smem_slice) {
-        for (int v = v_begin; v < v_end; ++v) ++hits[size_t(v)];  // thread (v - v_begin) % threads, any order
-        continue;
-      }
-      for (int ci = 0; ci < chunks; ++ci)
-        for (int t = 0; t < pl.threads; ++t)
-          for (int j = 0; j < pl.items; ++j) {
-            const int v = v_begin + ci * chunk + t + j * pl.threads;
-            if (v < v_end) ++hits[size_t(v)];
-          }
-    }
-  }
-  for (int64_t v = 0; v < nv; ++v) EXPECT(hits[size_t(v)] == 1, "%s: vector %lld x%d", what, (long long)v, hits[v]);
-}
-
-int main() {
-  for (uint32_t d : {1u, 2u, 3u, 5u, 7u, 8u, 12u, 16u, 31u, 600u, 1000u, 1023u, 1025u, 65537u, (1u << 30) - 1u}) {
-    const FastDiv f(d);
-    for (uint64_t n = 0; n < (1ull << 31); n = n < 70000 ? n + 1 : n * 3 / 2 + 7)
-      if (f.div(uint32_t(n)) != uint32_t(n) / d) { printf("FAIL FastDiv %llu / %u\n", (unsigned long long)n, d);
-                                                    ++failures; break; }
-  }
-  const DeviceInfo devices[] = {{132, 9, 233472, 1024, 232448, 62914560}, {114, 9, 233472, 1024, 232448, 52428800},
-                                {108, 8, 167936, 1024, 166912, 41943040}};  // H200, H100 PCIe, A100
-  int nshapes = 0, nknobs = 0;
-  if (scanf("%d %d", &nshapes, &nknobs) != 2) return 2;
-  std::vector<Problem> shapes(nshapes);
-  for (auto& s : shapes)
-    if (scanf("%lld %lld %lld %d", (long long*)&s.batch, (long long*)&s.channels, (long long*)&s.length,
-              &s.groups) != 4) return 2;
-  std::vector<Limits> knobs(nknobs);
-  for (auto& k : knobs) {
-    if (scanf("%d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", &k.max_threads, &k.max_cluster, &k.t0_threads,
-              &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent, &k.t1_stash,
-              &k.t2, &k.t2_ctas, &k.t1_smem, &k.t3, &k.t3_ctas, &k.t3_reducers, &k.t3_depth) != 16) return 2;
-    if (!limits_ok(k)) { printf("FAIL limits_ok rejects knob set %d\n", int(&k - knobs.data())); ++failures; }
-  }
-  for (const Problem& s : shapes)
-    for (int vec : {1, 4, 8}) {
-      if ((s.channels / s.groups * s.length) % vec) continue;
-      for (size_t ki = 0; ki < knobs.size(); ++ki)
-        for (const DeviceInfo& dev : devices)
-          for (int variant = 0; variant < 3; ++variant) {  // 16-CTA clusters refused; few resident clusters
-            if (variant > 0 && &dev != devices) continue;  // on one device is enough
-            const bool fits16 = variant != 1;
-            const int resident_clusters = variant == 2 ? 3 : dev.sms / 2;
-            char what[160];
-            snprintf(what, sizeof what, "B=%lld C=%lld L=%lld G=%d vec=%d knobs#%zu sms=%d fits16=%d res=%d",
-                     (long long)s.batch, (long long)s.channels, (long long)s.length, s.groups, vec, ki, dev.sms,
-                     int(fits16), resident_clusters);
-            check_plan(s, knobs[ki], dev, vec, fits16, resident_clusters, what);
-          }
-    }
-  printf("checked %ld plans (%ld persistent, %ld streaming, %ld stashed, %ld tier 2, %ld in shared memory, "
-         "%ld tier 3), %d failures\n", checked, persistent, streaming, stashed, grid, in_smem, spread, failures);
-  return failures ? 1 : 0;
-}
-"""
 
 
 def _plan_knobs(tune) -> list[list[int]]:
@@ -588,11 +379,8 @@ def _plan_knobs(tune) -> list[list[int]]:
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
 def test_planner_covers_every_vector_once(suites, registry, tmp_path):
     """The real planner (gn_mish_plan.cuh) compiled for the host; the kernels' index loops replayed on its plans."""
-    (tmp_path / "main.cu").write_text(PLAN_CHECK_MAIN)
     exe = tmp_path / "plan_check"
-    build = subprocess.run([nvcc_path(), "-O2", "-std=c++17", f"-I{ROOT / 'kernels' / FAMILY}",
-                            str(tmp_path / "main.cu"), "-o", str(exe)], capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
+    nvcc_build(exe, [CUDA_TESTS / "gn_mish_plan_check.cu"], HOST_FLAGS, FAMILY)
     shapes = {(c["B"], c["C"], c["L"], c.get("G", 8)) for cases in suites.values() for c in cases}
     shapes |= {(3, 1000, 1, 1), (2, 48, 7, 3), (1, 4096, 1, 4096), (5, 12, 1001, 2), (1, 8, 131075, 1)}
     knobs = _plan_knobs(TUNE)
@@ -614,10 +402,8 @@ def test_static_shared_memory_within_the_planner_bounds(tmp_path):
     maximum before sizing dynamic shared memory (a larger static part makes cudaFuncSetAttribute refuse the size and
     the launch fail). One extern array's alignment pads every kernel of the file: tier 3's first __align__(128) put
     the cluster kernel at 768 B, past kStaticSmemBound = 672, and 3 tier-1 GPU tests failed to launch."""
-    src = ROOT / "kernels" / FAMILY / "gn_mish.cu"
-    run = subprocess.run([nvcc_path(), "-c", "-std=c++17", "-arch=sm_90", "-O3", "-Xptxas", "-v", str(src), "-o",
-                          str(tmp_path / "gn_mish.o")], capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-3000:]
+    run = nvcc_build(tmp_path / "gn_mish.o", [ROOT / "kernels" / FAMILY / "gn_mish.cu"],
+                     ["-c", "-std=c++17", "-arch=sm_90", "-O3", "-Xptxas", "-v"], FAMILY, timeout=900)
     plan = (ROOT / "kernels" / FAMILY / "gn_mish_plan_base.cuh").read_text()
     bound = {name: int(re.search(rf"constexpr int {name} = (\d+);", plan).group(1))
              for name in ("kStaticSmemBound", "kPersistentStaticSmem", "kSpreadStaticSmem")}
@@ -632,40 +418,6 @@ def test_static_shared_memory_within_the_planner_bounds(tmp_path):
             assert int(smem) <= bound[kernel_bound[kernel]], (kernel, smem, kernel_bound[kernel])
     assert seen == set(kernel_bound), seen
 
-
-PLAN_PRINT_MAIN = r"""
-// Prints choose_plan's answer on an H200-like device (132 SMs, sm_90, 16-CTA clusters fit; argv[1]: the L2 bytes,
-// 60 MB unless given, 50 MB for an H100) for each input line "B C L G vec <12 Limits fields>": tier threads
-// group_threads groups_per_cta cluster items chunks grid stash smem_slice.
-#include <algorithm>
-#include <cstdio>
-#include <cstdlib>
-#include "gn_mish_plan.cuh"
-using namespace gn_mish;
-int main(int argc, char** argv) {
-  const DeviceInfo dev{132, 9, 233472, 1024, 232448, argc > 1 ? atoi(argv[1]) : 62914560};
-  Problem p;
-  Limits k;
-  int vec = 0;
-  while (scanf("%lld %lld %lld %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d %d", (long long*)&p.batch,
-               (long long*)&p.channels, (long long*)&p.length, &p.groups, &vec, &k.max_threads, &k.max_cluster,
-               &k.t0_threads, &k.t0_groups_per_cta, &k.t1_threads, &k.t1_items, &k.t1_ctas_per_sm, &k.t1_persistent,
-               &k.t1_stash, &k.t2, &k.t2_ctas, &k.t1_smem, &k.t3, &k.t3_ctas, &k.t3_reducers, &k.t3_depth) == 21) {
-    // tier-1 kernels resident at once: as many CTAs as the SMs hold, except 4- and 8-CTA clusters of 1024-thread CTAs,
-    // of which an H200 holds 120
-    const auto t1_resident = [](const Plan& pl) {
-      return pl.threads == 1024 && pl.cluster >= 4 ? 120 : 132 * std::min(65536 / (pl.threads * 64), 2048 / pl.threads);
-    };
-    const Plan pl = choose_plan(p, k, dev, vec, [](int) { return true; }, [](int, int, int) { return 8; },
-                                [](int threads, int smem) { return std::min({65536 / (threads * 64), 2048 / threads,
-                                                                             233472 / (smem + 512 + 1024)}); },
-                                t1_resident);
-    printf("%d %d %d %d %d %d %d %lld %d %d\n", pl.tier, pl.threads, pl.group_threads, pl.groups_per_cta,
-           pl.cluster, pl.items, pl.chunks, (long long)pl.grid, pl.stash, pl.smem_slice);
-  }
-  return 0;
-}
-"""
 
 # The default plan on the H200 vs _tune.py's measurements there (graph mode for tier 0, cold for tier 1; us):
 # shape -> (the _tune.py configuration whose plan the default must equal, its time, the best time and config),
@@ -704,18 +456,14 @@ def plan_printer(tmp_path_factory):
     H100_L2 for an H100's L2)."""
     if nvcc_path() is None:
         pytest.skip("nvcc not found")
-    work = tmp_path_factory.mktemp("plan_print")
-    (work / "main.cu").write_text(PLAN_PRINT_MAIN)
-    build = subprocess.run([nvcc_path(), "-O2", "-std=c++17", f"-I{ROOT / 'kernels' / FAMILY}",
-                            str(work / "main.cu"), "-o", str(work / "plan_print")],
-                           capture_output=True, text=True, timeout=600)
-    assert build.returncode == 0, build.stderr[-3000:]
+    exe = tmp_path_factory.mktemp("plan_print") / "plan_print"
+    nvcc_build(exe, [CUDA_TESTS / "gn_mish_plan_print.cu"], HOST_FLAGS, FAMILY)
 
     def plans(queries: list[tuple[tuple[int, int, int, int], int, list[int]]], l2_bytes: int = H200_L2) \
             -> list[tuple[int, ...]]:
         lines = [" ".join(map(str, [*shape, vec, *knobs])) for shape, vec, knobs in queries]
-        run = subprocess.run([str(work / "plan_print"), str(l2_bytes)], input="\n".join(lines), capture_output=True,
-                             text=True, timeout=60)
+        run = subprocess.run([str(exe), str(l2_bytes)], input="\n".join(lines), capture_output=True, text=True,
+                             timeout=60)
         assert run.returncode == 0, run.stderr
         return [tuple(map(int, line.split())) for line in run.stdout.splitlines()]
 
@@ -882,9 +630,23 @@ def _run_fused(fam, case, tuning):
     inputs = fam.make_inputs(case, torch.device("cuda"))
     plan = fused.fused_plan(inputs[0], inputs[3], tuning)
     out = fused.fused_gn_mish(*inputs, tuning=tuning)
-    ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
-    assert_within(out, ref, fam.tolerance(case, "float32"))
+    assert_within(out, _reference(fam, inputs), fam.tolerance(case, "float32"))
     return plan
+
+
+def _back_to_back(fam, runs, seed: int) -> None:
+    """Launches (B, knobs, stream) one after another, C = 64, L = 2000, fresh inputs each (seed + i, offset i): each
+    takes the tier its knobs ask for (3 with t3, else 2) and matches the reference."""
+    fused = _fused_module()
+    for i, (B, knobs, stream) in enumerate(runs):
+        case = dpk.make_case(FAMILY, f"r{i}", B=B, C=64, L=2000, G=8, seed=seed + i, xoffset=float(i))
+        inputs = fam.make_inputs(case, torch.device("cuda"))
+        tuning = fused.Tuning(**knobs)
+        with torch.cuda.stream(stream or torch.cuda.current_stream()):
+            out = fused.fused_gn_mish(*inputs, tuning=tuning)
+        torch.cuda.synchronize()
+        assert fused.fused_plan(inputs[0], inputs[3], tuning)["tier"] == (3 if "t3" in knobs else 2)
+        assert_within(out, _reference(fam, inputs), fam.tolerance(case, "float32"))
 
 
 @gpu_test
@@ -1043,21 +805,10 @@ def test_fused_tier3_slots_reset_between_plans_and_streams(registry, fam):
     """Every tier-3 launch leaves its counts, departures and slots at zero, in the counters buffer it shares with tier
     2: plans of both tiers and several group and CTA counts back to back on one stream and on a second one, fresh
     inputs each time. A slot left marked from an earlier launch would be merged in before its CTA publishes."""
-    fused = _fused_module()
     side = torch.cuda.Stream()
-    runs = [(1, {"t3": 1}, None), (2, {"t3": 1, "t3_ctas": 40}, None), (2, {"t2": 1, "t2_ctas": 3}, None),
-            (1, {"t3": 1}, side), (4, {"t3": 1, "t3_reducers": 2}, None), (1, {"t3": 1, "t3_ctas": 9}, side),
-            (1, {"t2": 1}, None), (1, {"t3": 1}, None)]
-    for i, (B, knobs, stream) in enumerate(runs):
-        case = dpk.make_case(FAMILY, f"r{i}", B=B, C=64, L=2000, G=8, seed=200 + i, xoffset=float(i))
-        inputs = fam.make_inputs(case, torch.device("cuda"))
-        tuning = fused.Tuning(**knobs)
-        with torch.cuda.stream(stream or torch.cuda.current_stream()):
-            out = fused.fused_gn_mish(*inputs, tuning=tuning)
-        torch.cuda.synchronize()
-        assert fused.fused_plan(inputs[0], inputs[3], tuning)["tier"] == (3 if "t3" in knobs else 2)
-        assert_within(out, fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs]),
-                      fam.tolerance(case, "float32"))
+    _back_to_back(fam, [(1, {"t3": 1}, None), (2, {"t3": 1, "t3_ctas": 40}, None), (2, {"t2": 1, "t2_ctas": 3}, None),
+                        (1, {"t3": 1}, side), (4, {"t3": 1, "t3_reducers": 2}, None),
+                        (1, {"t3": 1, "t3_ctas": 9}, side), (1, {"t2": 1}, None), (1, {"t3": 1}, None)], seed=200)
 
 
 @gpu_test
@@ -1094,7 +845,7 @@ def test_fused_16bit_offset_data_within_fp32_budget(registry, fam, dtype, xoffse
         plan = fused.fused_plan(inputs[0], inputs[3], tuning)
         seen.add((plan["tier"], plan["smem_slice"]))
         out = fused.fused_gn_mish(*inputs, tuning=tuning)
-        ref = fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs])
+        ref = _reference(fam, inputs)
         fp32 = fam.tolerance(dpk.make_case(FAMILY, "fp32", "float32", B=B, C=C, L=L, G=8, xoffset=xoffset), "float32")
         u_out = unit_roundoff(dtype)
         assert_within(out, ref, dpk.Tolerance(atol=fp32.atol, rtol=fp32.rtol + 2 * u_out,
@@ -1108,19 +859,10 @@ def test_fused_tier2_counters_reset_between_plans_and_streams(registry, fam):
     stream and on a second stream (its own buffers) on fresh inputs each time. A counter left at a multiple of the
     previous S, or counters where an earlier plan kept partials (the first version shared one buffer, counters
     first: 16 groups' counters overlapped 8 groups' partials), release a barrier early and mix stale partials in."""
-    fused = _fused_module()
     side = torch.cuda.Stream()
     runs = [(1, 4, None), (2, 3, None), (5, 32, None), (2, 1, side), (1, 4, side), (3, 3, None), (2, 4, None)]
-    for i, (B, ctas, stream) in enumerate(runs):
-        case = dpk.make_case(FAMILY, f"r{i}", B=B, C=64, L=2000, G=8, seed=100 + i, xoffset=float(i))
-        inputs = fam.make_inputs(case, torch.device("cuda"))
-        tuning = fused.Tuning(t2=1, t2_ctas=ctas, t1_threads=128)
-        with torch.cuda.stream(stream or torch.cuda.current_stream()):
-            out = fused.fused_gn_mish(*inputs, tuning=tuning)
-        torch.cuda.synchronize()
-        assert fused.fused_plan(inputs[0], inputs[3], tuning)["tier"] == 2
-        assert_within(out, fam.reference(*[t.double() if torch.is_tensor(t) else t for t in inputs]),
-                      fam.tolerance(case, "float32"))
+    _back_to_back(fam, [(B, {"t2": 1, "t2_ctas": ctas, "t1_threads": 128}, stream) for B, ctas, stream in runs],
+                  seed=100)
 
 
 @gpu_test

@@ -1,5 +1,5 @@
-// async_copy.cuh: cp.async (sm_80+) and TMA bulk-copy / mbarrier (sm_90) helpers shared by every family
-// (kernels/_cuda/ is on the include path of every build, and in every build's source hash).
+// async_copy.cuh: cp.async (sm_80+), TMA bulk-copy and mbarrier (sm_90) and L2 cache-policy helpers shared by
+// every family (kernels/_cuda/ is on the include path of every build, and in every build's source hash).
 //
 // cp.async copies global memory straight into shared memory without passing through registers, so a thread
 // can keep many loads in flight (the bytes in flight per SM are bounded by shared memory, not by the register
@@ -13,7 +13,7 @@
 
 #include <cuda_runtime.h>
 
-namespace conv1d_async {
+namespace dpk_async {
 
 constexpr int kMaxDynamicSmem = 227 * 1024 - 256;  // per CTA on sm_90 (227 KB), less room for static words
 constexpr int kSmemPerSm = 228 * 1024, kSmemReservedPerCta = 1024;
@@ -77,6 +77,16 @@ __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid, c
     }
 }
 
+// 16 bytes global -> shared (L2 only), always valid (no src-size operand). Before sm_80: a plain 16-byte copy
+// through registers, complete on return.
+__device__ __forceinline__ void copy16(void* dst, const void* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
+#else
+    *static_cast<uint4*>(dst) = *static_cast<const uint4*>(src);
+#endif
+}
+
 // 4 bytes global -> shared (through L1: neighbours reuse the line), zero when !valid.
 __device__ __forceinline__ void copy4(void* dst, const void* src, bool valid) {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(smem_addr(dst)), "l"(src), "r"(valid ? 4 : 0)
@@ -109,48 +119,58 @@ __device__ __forceinline__ void wait_pending(int pending) {
     }
 }
 
-// ---- sm_90 TMA bulk copies completed through an mbarrier (stream.cu's `bulk` ring) ----
+// ---- sm_90 TMA bulk copies completed through an mbarrier ----
 // One `cp.async.bulk` moves a contiguous, 16-byte aligned run of global memory (size a multiple of 16) into shared
 // memory through the async proxy; the copy engine adds the bytes it wrote to the transaction count of an mbarrier
-// in shared memory. A phase of such a barrier (count 1 here) completes when its one arrival (which also declares
-// the expected bytes, expect_tx) has happened and all expected bytes have landed; waiters spin on the phase parity.
-// The PTX is sm_90-only; other targets get a trap (the extension is built for sm_90 only).
+// in shared memory. A phase of such a barrier (count 1 in every user) completes when its one arrival (which also
+// declares the expected bytes, expect_tx) has happened and all expected bytes have landed; waiters spin on the
+// phase parity. The PTX is sm_90-only; other targets get a trap (callers take these paths on sm_90 only).
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define CONV1D_ASYNC_SM90 1
-#define CONV1D_SM90_ONLY(...) __VA_ARGS__
+#define DPK_ASYNC_SM90 1
+#define DPK_SM90_ONLY(...) __VA_ARGS__
 #else
-#define CONV1D_ASYNC_SM90 0
-#define CONV1D_SM90_ONLY(...) __trap()
+#define DPK_ASYNC_SM90 0
+#define DPK_SM90_ONLY(...) __trap()
 #endif
 
 // Initialise the mbarrier at shared address `bar` to expect `count` arrivals per phase (phase parity 0 first).
 __device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
-    CONV1D_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory"));
+    DPK_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: "r"(bar), "r"(count) : "memory"));
+}
+
+// The same for one arrival per phase, the count an immediate operand.
+__device__ __forceinline__ void mbar_init(unsigned bar) {
+    DPK_SM90_ONLY(asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory"));
 }
 
 // Make this thread's mbarrier.init visible to the async proxy (the copy engine's complete_tx) and to the other
 // threads of the CTA; they must still be ordered after it by a barrier (__syncwarp / __syncthreads).
 __device__ __forceinline__ void fence_mbar_init() {
-    CONV1D_SM90_ONLY(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
+    DPK_SM90_ONLY(asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"));
 }
 
 // Order this thread's earlier generic-proxy shared-memory accesses (plain loads/stores) before later async-proxy
 // accesses (bulk copies) issued after a barrier: a ring slot is read (and zero-filled) by the lanes, then
 // overwritten by the copy engine.
 __device__ __forceinline__ void fence_proxy_async_smem() {
-    CONV1D_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;" ::: "memory"));
+    DPK_SM90_ONLY(asm volatile("fence.proxy.async.shared::cta;" ::: "memory"));
 }
 
 // Arrive once on `bar` and add `bytes` to the transaction count its current phase waits for (0: plain arrive).
 __device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
-    CONV1D_SM90_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+    DPK_SM90_ONLY(asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
                                   :: "r"(bar), "r"(bytes) : "memory"));
+}
+
+// Arrive once on `bar` (release: this thread's earlier writes are visible to whoever then waits on the phase).
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    DPK_SM90_ONLY(asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory"));
 }
 
 // true once the phase of `bar` with parity `parity` has completed (acquire: the bytes its bulk copies wrote are
 // visible to this thread afterwards). A single try: callers loop.
 __device__ __forceinline__ bool mbar_try_wait_parity(unsigned bar, unsigned parity) {
-#if CONV1D_ASYNC_SM90
+#if DPK_ASYNC_SM90
     unsigned done;
     asm volatile(
         "{\n\t.reg .pred p;\n\t"
@@ -169,27 +189,56 @@ __device__ __forceinline__ void mbar_wait_parity(unsigned bar, unsigned parity) 
     }
 }
 
-// `bytes` (multiple of 16, both addresses 16-byte aligned) global -> shared, completion counted on `bar`. With
-// policy modes 1 and 2 the bytes carry the evict_first L2 hint (bulk copies have no L2::256B prefetch qualifier,
-// so mode 2 acts as 1 and mode 3 as 0 here).
+// Wait until the first phase (parity 0) of `bar` has completed: barriers used once per launch. Acquire at CTA scope
+// (the bytes of its bulk copies, or what the arriving thread wrote before mbar_arrive), or with kCluster at cluster
+// scope (what other CTAs of the cluster stored into this CTA with st.async, counted on `bar`).
+template <bool kCluster = false>
+__device__ __forceinline__ void mbar_wait_first_phase(unsigned bar) {
+#if DPK_ASYNC_SM90
+    unsigned done = 0;
+    do {
+        if constexpr (kCluster) {
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
+                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
+        } else {
+            asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
+                         " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(bar) : "memory");
+        }
+    } while (!done);
+#else
+    __trap();
+#endif
+}
+
+// `bytes` (multiple of 16, both addresses 16-byte aligned) global -> shared, completion counted on `bar`.
+__device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+    DPK_SM90_ONLY(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                               :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory"));
+}
+
+// The same with the L2 policy of `p`: modes 1 and 2 carry the evict_first hint (bulk copies have no L2::256B
+// prefetch qualifier, so mode 2 acts as 1 and mode 3 as 0 here).
 __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar,
                                               const Policy& p) {
-#if CONV1D_ASYNC_SM90
+#if DPK_ASYNC_SM90
     if (p.mode == 1 || p.mode == 2) {
         asm volatile(
             "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1], %2, [%3], %4;"
             :: "r"(dst), "l"(src), "r"(bytes), "r"(bar), "l"(p.hint) : "memory");
     } else {
-        asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                     :: "r"(dst), "l"(src), "r"(bytes), "r"(bar) : "memory");
+        bulk_copy_g2s(dst, src, bytes, bar);
     }
 #else
     __trap();
 #endif
 }
 
-// Wait until every cp.async (non-bulk) of this thread has landed.
-__device__ __forceinline__ void wait_all() { asm volatile("cp.async.wait_all;" ::: "memory"); }
+// Wait until every cp.async (non-bulk) of this thread has landed (before sm_80 copy16 has already completed).
+__device__ __forceinline__ void wait_all() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    asm volatile("cp.async.wait_all;" ::: "memory");
+#endif
+}
 
 // Split reduction without a memset (graph-safe): every CTA of a split group stores its partials, then calls
 // this; it returns true (block-uniform) in the CTA that arrived last, which may then read all partials, and
@@ -208,4 +257,4 @@ __device__ __forceinline__ bool arrived_last(unsigned* counter, unsigned expecte
     return last;
 }
 
-}  // namespace conv1d_async
+}  // namespace dpk_async

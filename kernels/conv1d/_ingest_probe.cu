@@ -16,7 +16,7 @@
 
 #include "async_copy.cuh"
 
-namespace ca = conv1d_async;
+namespace ca = dpk_async;
 
 __global__ void tma_kernel(const char* __restrict__ src,  // ctas x per_cta bytes
                            unsigned per_cta, unsigned copy_bytes, int issuers, unsigned* __restrict__ out) {

@@ -36,7 +36,7 @@ from dpk.timing import Timer, TimingConfig  # noqa: E402
 
 REG = load([ROOT / "kernels"], strict=True)
 FAM = REG.family("conv1d")
-ck = importlib.import_module("dpk.families.conv1d.cuda_kernels")
+ck = importlib.import_module("dpk.families.conv1d.cuda_variants")
 PUSHT = {c.name: c for c in load_suite_file(ROOT / "suites" / "conv1d.yaml").suites["pusht"]}
 STREAM_SHAPES = ["c1024_c1024_l4_k5", "c2048_c512_l4_k5"]
 TILED_SHAPES = [f"b{b}_{s}" for b in (8, 64) for s in ("c1024_c1024_l4_k5", "c2048_c512_l4_k5", "c512_c1024_l4_k5")]

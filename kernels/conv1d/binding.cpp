@@ -1,6 +1,6 @@
 // binding.cpp: torch glue for the conv1d CUDA kernels (naive.cu, optimized.cu, stream.cu, stream_rows.cu, tiled.cu).
 //
-// Checks what the launchers rely on (the Python helper _validate.py has already given the user-facing
+// Checks what the launchers rely on (the Python helper _checks.py has already given the user-facing
 // errors: these are the last line of defence), picks the path (optimized: seed kernel for B*L <= tiled_min_bl,
 // else tiled.cu; stream: stream.cu, or tiled.cu for fp32 above tiled_min_bl), allocates y (and the split
 // workspace), launches on the current stream and turns a launch error into a Python exception.

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import dpk
 
-from ._validate import check_conv1d_inputs
+from ._checks import check_conv1d_inputs
 
 FLOAT_DTYPES = (torch.float64, torch.float32, torch.bfloat16, torch.float16)
 

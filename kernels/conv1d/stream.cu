@@ -54,7 +54,7 @@
 
 namespace {
 
-namespace ca = conv1d_async;
+namespace ca = dpk_async;
 using conv1d_stream_device::Elem;
 using conv1d_stream_device::ilog2;
 using conv1d_stream_device::ReduceScatter;

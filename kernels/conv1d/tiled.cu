@@ -33,7 +33,7 @@
 
 namespace {
 
-namespace ca = conv1d_async;
+namespace ca = dpk_async;
 
 struct TileShape {
     int bm, bn, bk, tm, tn, mma_threads;  // tm, tn: SimtTile's register tile; mma_threads: MmaTile's CTA size

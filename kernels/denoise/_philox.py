@@ -1,4 +1,4 @@
-"""Python reimplementation of the in-kernel noise of denoise_kernel.cu (NOISE_PHILOX, philox_normal_kernel).
+"""Python reimplementation of the in-kernel noise of denoise.cu (NOISE_PHILOX, philox_normal_kernel).
 
 Philox4x32-10 (Salmon et al. 2011, the Random123/cuRAND constants) with key = (seed_lo, seed_hi) and, for the
 group g of elements 4g..4g+3 of the flattened sample, counter = (g, step, offset_lo, offset_hi). Its four

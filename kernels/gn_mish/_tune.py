@@ -1,4 +1,4 @@
-"""Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (fused.Tuning) on one GPU.
+"""Tuning sweep of the fused GroupNorm+Mish kernel's plan knobs (cuda_variants.Tuning) on one GPU.
 
     PYTHONPATH=<repo> python3 kernels/gn_mish/_tune.py [--only pusht|large|b8|half|stash|wide|grid|spread]
         [--budget 0.15] [--json out.json]
@@ -133,7 +133,7 @@ def _family():
 
     registry = dpk.registry.load([ROOT / "kernels"], strict=True)
     fam = registry.family("gn_mish")
-    fused = importlib.import_module("dpk.families.gn_mish.fused")
+    fused = importlib.import_module("dpk.families.gn_mish.cuda_variants")
     eager = registry.variant("gn_mish", "eager").fn
     try:
         triton = registry.variant("gn_mish", "triton").fn

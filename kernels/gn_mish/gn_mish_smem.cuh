@@ -18,22 +18,6 @@
 
 namespace gn_mish::detail {
 
-__device__ __forceinline__ void copy_async16(void* smem, const void* gmem) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  const unsigned s = unsigned(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
-#else
-  *static_cast<uint4*>(smem) = *static_cast<const uint4*>(gmem);
-#endif
-}
-
-// This thread's cp.async copies have landed in shared memory.
-__device__ __forceinline__ void copy_async_wait_all() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm volatile("cp.async.wait_all;" ::: "memory");
-#endif
-}
-
 template <typename T, int VEC, int kMinCtas>
 __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
     gn_mish_smem_kernel(const T* __restrict__ x, const T* __restrict__ gamma, const T* __restrict__ beta,
@@ -49,9 +33,9 @@ __global__ void __launch_bounds__(kSmemSliceThreads, kMinCtas)
   P* slice = after_staged<P>(staged, a.stage) - cs.v_begin;  // indexed by vector
 
 #pragma unroll 4
-  for (int v = first; v < v_end; v += stride) copy_async16(slice + v, cs.src + v);
+  for (int v = first; v < v_end; v += stride) dpk_async::copy16(slice + v, cs.src + v);
   stage_affine(af, a.cg, staged);
-  copy_async_wait_all();
+  dpk_async::wait_all();
   const Stats mine = two_pass_stats<VEC>([&](auto&& f) {
 #pragma unroll 4
     for (int v = first; v < v_end; v += stride) f(slice[v]);

@@ -40,41 +40,24 @@ struct SpreadArgs {
   unsigned* counters;          // [num_groups + 1][kSpreadCounterStride]: publications per group, then departures
 };
 
+// The mbarriers of tier 3 (kernels/_cuda/async_copy.cuh; the host plans tier 3 only on sm_90+, other targets trap),
+// each used for its first phase only: `landed` counts a group's bulk copy, `ready` the arrival of its statistics.
 __device__ __forceinline__ void spread_bar_init(unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_addr(bar)) : "memory");
-#endif
+  dpk_async::mbar_init(dpk_async::smem_addr(bar));
+}
+
+__device__ __forceinline__ void spread_wait(unsigned long long* bar) {
+  dpk_async::mbar_wait_first_phase(dpk_async::smem_addr(bar));
+}
+
+__device__ __forceinline__ void spread_arrive(unsigned long long* bar) {
+  dpk_async::mbar_arrive(dpk_async::smem_addr(bar));
 }
 
 // Arm bar for `bytes` and request them from src into dst (bytes: a multiple of 16, possibly 0).
 __device__ __forceinline__ void spread_request(void* dst, const void* src, unsigned bytes, unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(bar)), "r"(bytes)
-               : "memory");
-  if (bytes > 0) {
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
-                 ::"r"(shared_addr(dst)), "l"(src), "r"(bytes), "r"(shared_addr(bar)) : "memory");
-  }
-#else
-  __trap();  // the host plans tier 3 only on sm_90+
-#endif
-}
-
-// Wait until bar's first phase has completed (acquire: the bulk copy's bytes, or what the arriving thread wrote).
-__device__ __forceinline__ void spread_wait(unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], 0;\n"
-                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(shared_addr(bar)) : "memory");
-  } while (!done);
-#endif
-}
-
-__device__ __forceinline__ void spread_arrive(unsigned long long* bar) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_addr(bar)) : "memory");
-#endif
+  dpk_async::mbar_arrive_expect_tx(dpk_async::smem_addr(bar), bytes);
+  if (bytes > 0) dpk_async::bulk_copy_g2s(dpk_async::smem_addr(dst), src, bytes, dpk_async::smem_addr(bar));
 }
 
 // A slot: (mean, M2) of one CTA's piece of one group in 64 bits, the sign bit of M2 (>= 0) set: written.
@@ -193,9 +176,7 @@ __global__ void __launch_bounds__(kMaxThreads, 1)
   const int count = min(a.t.nv, v_begin + a.t.slice_vecs) - v_begin;  // vectors of each group in this CTA
   if (threadIdx.x == 0) {
     for (int g = 0; g < a.t.num_groups; ++g) spread_bar_init(&landed[g]), spread_bar_init(&ready[g]);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-#endif
+    dpk_async::fence_mbar_init();
   }
   __syncthreads();  // the mbarriers are initialised before any request or wait
 

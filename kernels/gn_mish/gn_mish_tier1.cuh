@@ -20,6 +20,7 @@
 
 #include <cooperative_groups.h>
 
+#include "async_copy.cuh"  // kernels/_cuda/: mbarrier, cp.async, bulk copies
 #include "gn_mish_device.cuh"
 
 namespace gn_mish::detail {
@@ -173,15 +174,13 @@ struct ClusterExchange {
   float4 parts[kMaxCluster];    // slot r: (n, mean, M2, 0) of rank r
 };
 
-__device__ __forceinline__ unsigned shared_addr(const void* p) { return unsigned(__cvta_generic_to_shared(p)); }
-
 __device__ __forceinline__ void exchange_arm(ClusterExchange& x, int cluster) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   if (threadIdx.x == 0) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(shared_addr(&x.bar)) : "memory");
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_addr(&x.bar)),
-                 "r"(cluster * 16) : "memory");
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    const unsigned bar = dpk_async::smem_addr(&x.bar);
+    dpk_async::mbar_init(bar);
+    dpk_async::mbar_arrive_expect_tx(bar, cluster * 16);
+    dpk_async::fence_mbar_init();
   }
   cluster_arrive<false>();
 #endif
@@ -192,17 +191,14 @@ __device__ __forceinline__ Stats exchange(ClusterExchange& x, const Stats& cta, 
   cluster_wait();
   if (int(threadIdx.x) < cluster) {
     unsigned slot, bar;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(shared_addr(&x.parts[rank])),
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(slot) : "r"(dpk_async::smem_addr(&x.parts[rank])),
                  "r"(threadIdx.x));
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(shared_addr(&x.bar)), "r"(threadIdx.x));
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(bar) : "r"(dpk_async::smem_addr(&x.bar)),
+                 "r"(threadIdx.x));
     asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [%0], {%1, %2, %3, %4}, [%5];"
                  ::"r"(slot), "f"(cta.n), "f"(cta.mean), "f"(cta.m2), "f"(0.f), "r"(bar) : "memory");
   }
-  unsigned done = 0;
-  do {
-    asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], 0;\n"
-                 " selp.u32 %0, 1, 0, p;\n}" : "=r"(done) : "r"(shared_addr(&x.bar)) : "memory");
-  } while (!done);
+  dpk_async::mbar_wait_first_phase<true>(dpk_async::smem_addr(&x.bar));
   const float4 q = x.parts[threadIdx.x & (cluster - 1)];  // K: a power of two
   return warp_allreduce(Stats{q.x, q.y, q.z}, cluster);
 #else

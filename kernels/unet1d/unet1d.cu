@@ -30,7 +30,7 @@
 
 namespace {
 
-namespace ca = conv1d_async;
+namespace ca = dpk_async;
 
 __host__ __device__ inline int align128(int bytes) { return (bytes + 127) & ~127; }
 

@@ -1,7 +1,8 @@
-"""triton: fused GroupNorm+Mish in Triton (kernel in _triton_kernel.py), fp32 math for fp32/fp16/bf16.
+"""gn_mish Triton variant: triton, GroupNorm+Mish in one Triton kernel (_triton_kernels.py), fp32 math.
 
-One program per (batch, group): the whole group in one register tile when it fits, else a stats loop and
-a normalise loop. On a CPU-only machine it runs under TRITON_INTERPRET=1 on CPU tensors (the CI parity check).
+One program per (batch, group) on fp32, fp16 or bf16 data: the whole group in one register tile when it fits,
+else a stats loop and a normalise loop. On a CPU-only machine it runs under TRITON_INTERPRET=1 on CPU tensors
+(the CI parity check).
 """
 from __future__ import annotations
 
@@ -24,6 +25,6 @@ def _device_type() -> str:
 def triton_fused(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
     """Fused Triton kernel, one program per (batch, group)."""
     check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES, device_type=_device_type())
-    from ._triton_kernel import gn_mish_triton
+    from ._triton_kernels import gn_mish_triton
 
     return gn_mish_triton(x, gamma, beta, groups, eps)

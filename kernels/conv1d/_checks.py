@@ -3,12 +3,14 @@
 y = conv1d(x, w, b) with padding K//2 and stride 1 needs x: B x Cin x L, w: Cout x Cin x K (K odd, so the
 output keeps length L), b: Cout, all on one device, one dtype, contiguous. Bad input raises a
 ValueError (shape, device, layout) or TypeError (type, dtype) that names the tensor and the problem, before
-any kernel is launched: the CUDA kernels index raw pointers and would read out of bounds otherwise.
+any kernel is launched: the CUDA kernels index raw pointers and would read out of bounds otherwise. Valid input
+beyond the kernels' 32-bit indexing (on a GPU) raises dpk.Unavailable: a limit of the kernels, not an error.
 """
 from __future__ import annotations
 
 import torch
 
+import dpk
 from dpk.validate import require_tensors, same_kind
 
 INT32_MAX = 2**31 - 1  # the CUDA and Triton kernels index with 32-bit ints
@@ -39,5 +41,5 @@ def check_conv1d_inputs(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, *, va
         raise ValueError(f"{where}: empty tensor (x {tuple(x.shape)}, w {tuple(w.shape)})")
     same_kind(where, {"x": x, "w": w, "b": b}, dtypes, device_type)
     if x.device.type == "cuda" and max(x.numel(), w.numel(), bsz * cout * length) > INT32_MAX:
-        raise ValueError(f"{where}: tensors with more than {INT32_MAX} elements are not supported")
+        raise dpk.Unavailable(f"{where}: tensors with more than {INT32_MAX} elements are not supported")
     return bsz, cin, length, cout, k

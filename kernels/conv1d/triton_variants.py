@@ -18,7 +18,7 @@ import torch
 
 import dpk
 
-from ._validate import check_conv1d_inputs
+from ._checks import check_conv1d_inputs
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
@@ -36,8 +36,8 @@ def triton_conv1d(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Te
     bsz, cin, length, cout, k = check_conv1d_inputs(x, w, b, variant="triton", dtypes=DTYPES,
                                                     device_type=None if interpreted else "cuda")
     if bsz > 65535:
-        raise ValueError(f"conv1d.triton: batch {bsz} exceeds the grid's z limit 65535")
-    from . import _triton_conv1d as tk
+        raise dpk.Unavailable(f"conv1d.triton: batch {bsz} exceeds the grid's z limit 65535")
+    from . import _triton_kernels as tk
 
     target = 2 * _sm_count(x.device.index) if x.is_cuda else 1  # ~2 programs per SM; 1: few under the interpreter
     block_co, block_l, block_r = tk.block_sizes(bsz, cout, length, cin * k, target)

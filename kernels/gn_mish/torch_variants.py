@@ -1,5 +1,10 @@
-"""compiled: the eager formula under torch.compile (Inductor fuses it into generated Triton kernels).
+"""gn_mish PyTorch variants: eager (the baseline) and compiled (the same formula under torch.compile).
 
+eager: F.mish(F.group_norm(x, G, gamma, beta, eps)), on CPU or GPU. On CUDA this is four kernels (row-wise
+moments, fused scale/shift params, the affine, mish); for fp16/bf16 PyTorch keeps fp32 statistics but stores the
+normalised z in the input dtype before mish.
+
+compiled: the eager formula under torch.compile (Inductor fuses it into generated Triton kernels).
 needs=("cuda",): on a CPU-only machine Inductor would build C++ kernels, 10-20 s per new shape, which would
 make every CPU smoke run slow while saying nothing about the GPU code path that is benchmarked.
 One compiled callable per (shape, dtype, G, eps, device), each around its own code object: Dynamo keys its
@@ -21,6 +26,13 @@ from ._checks import check_inputs
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 _compiled: dict[tuple, Callable[..., torch.Tensor]] = {}
+
+
+@dpk.variant("gn_mish", "eager", dtypes=("float32", "float16", "bfloat16"), baseline=True, compute="float32")
+def eager(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    """PyTorch eager: F.group_norm then F.mish (4 kernels on CUDA)."""
+    check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES)
+    return F.mish(F.group_norm(x, groups, gamma, beta, eps))
 
 
 def _gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> torch.Tensor:

@@ -1,7 +1,7 @@
-// denoise_binding.cpp: torch plumbing for denoise_kernel.cu (checks, output allocation, current stream).
+// binding.cpp: torch plumbing for denoise.cu (checks, output allocation, current stream).
 //
 // Cheap C++ checks (a few hundred ns) guard the raw-pointer kernel; they raise TypeError / ValueError
-// (TORCH_CHECK_TYPE / TORCH_CHECK_VALUE). The Python wrapper (cuda_step.py) re-diagnoses any failure with the
+// (TORCH_CHECK_TYPE / TORCH_CHECK_VALUE). The Python wrapper (cuda_variants.py) re-diagnoses any failure with the
 // family's full Python checks, so the message names the problem the same way for every variant. Nothing
 // here synchronizes: the step index, the constants table and the Philox seed/offset stay on the device.
 #include <c10/cuda/CUDAStream.h>

@@ -1,4 +1,4 @@
-"""fused: one CUDA kernel for GroupNorm+Mish (gn_mish.cu, bound by gn_mish_binding.cpp), fp32 math.
+"""gn_mish CUDA variant: fused, one CUDA kernel for GroupNorm+Mish (gn_mish.cu, bound by binding.cpp), fp32 math.
 
 Small groups (every Push-T GroupNorm): the group in the registers of a warp ... a CTA. Large groups: a
 thread-block cluster (sm_90) per group combining (count, mean, M2) through distributed shared memory, so x is
@@ -24,7 +24,7 @@ import dpk.build
 from ._checks import check_inputs
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "gn_mish_binding.cpp", HERE / "gn_mish.cu")
+SOURCES = (HERE / "binding.cpp", HERE / "gn_mish.cu")
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 MAX_GROUP_ELEMENTS = 2**30  # gn_mish.cuh kMaxGroupElements: 32-bit indexing inside a group
 MAX_GROUPS = 2**27  # B * G: the grid holds up to 16 CTAs per group (tier 2 takes <= 2**31 / 32 groups, else tier 1)
@@ -138,18 +138,20 @@ def extension() -> types.ModuleType:
 
 
 def _check(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, groups: int, eps: float) -> None:
+    """Bad input: TypeError / ValueError (_checks.py); a valid shape beyond the kernel's limits: dpk.Unavailable."""
     B, C, L = check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES, device_type="cuda")
     if (C // groups) * L > MAX_GROUP_ELEMENTS:
-        raise ValueError(f"gn_mish: a group of {(C // groups) * L} elements exceeds the kernel's {MAX_GROUP_ELEMENTS}")
+        raise dpk.Unavailable(f"gn_mish: a group of {(C // groups) * L} elements exceeds the kernel's "
+                              f"{MAX_GROUP_ELEMENTS}")
     if B * groups > MAX_GROUPS:
-        raise ValueError(f"gn_mish: B*G = {B * groups} groups exceeds the kernel's {MAX_GROUPS}")
+        raise dpk.Unavailable(f"gn_mish: B*G = {B * groups} groups exceeds the kernel's {MAX_GROUPS}")
 
 
 def _tuning(tuning: Tuning | None) -> Tuning:
     if tuning is None:
         return DEFAULT
     if not isinstance(tuning, Tuning):
-        raise TypeError(f"gn_mish: tuning must be a fused.Tuning, got {type(tuning).__name__}")
+        raise TypeError(f"gn_mish: tuning must be a cuda_variants.Tuning, got {type(tuning).__name__}")
     return tuning
 
 

@@ -1,9 +1,10 @@
 """conv1d CUDA C++ variants: naive (seed Part IV), optimized (seed Part V) and stream (weight streaming).
 
-All live in one torch extension (binding.cpp + naive.cu + optimized.cu + stream.cu + tiled.cu), built on first
-use through dpk.build (cached per source hash, sm_90 on Hopper). Each variant validates its inputs in Python
+All live in one torch extension (binding.cpp with naive.cu, optimized.cu, stream.cu, stream_rows.cu, tiled.cu), built on
+first use through dpk.build (cached per source hash, sm_90 on Hopper). Each variant validates its inputs in Python
 with the family's shared helper before the extension is even loaded, so bad input gets a ValueError/TypeError
-naming the problem, on any machine. `optimized` and `stream` hand large B*L (fp32) to the tiled implicit-GEMM
+naming the problem, on any machine; a valid shape a kernel cannot run (the seed kernel's K and Cin limits) raises
+dpk.Unavailable saying why. `optimized` and `stream` hand large B*L (fp32) to the tiled implicit-GEMM
 kernel (tiled.cu). Their tuning knobs (`StreamKnobs`, `OptimizedKnobs`; every field -1 = the default in
 conv1d.h) are reachable through `run_stream` / `run_optimized` (kernels/conv1d/_tune.py sweeps them); the
 registered variants always run the defaults. Kernel designs: the header of each .cu file and NOTES.md.
@@ -18,7 +19,7 @@ import torch
 
 import dpk
 
-from ._validate import check_conv1d_inputs
+from ._checks import check_conv1d_inputs
 
 HERE = Path(__file__).resolve().parent
 SOURCES = tuple(HERE / name for name in ("binding.cpp", "naive.cu", "optimized.cu", "stream.cu", "stream_rows.cu",
@@ -106,11 +107,12 @@ def extension() -> types.ModuleType:
 
 
 def check_optimized_shape(cin: int, k: int) -> None:
-    """The seed kernel's limits (optimized.cu), raised before launch (the binding checks them again)."""
+    """The seed kernel's limits (optimized.cu): dpk.Unavailable before launch for a valid shape beyond them (the
+    binding checks them again)."""
     if k not in OPTIMIZED_KS:
-        raise ValueError(f"conv1d.optimized: kernel size K={k} not supported (supports K in {OPTIMIZED_KS})")
+        raise dpk.Unavailable(f"conv1d.optimized: kernel size K={k} not supported (supports K in {OPTIMIZED_KS})")
     if cin > OPTIMIZED_MAX_CIN:
-        raise ValueError(f"conv1d.optimized: Cin={cin} not supported (supports Cin <= {OPTIMIZED_MAX_CIN})")
+        raise dpk.Unavailable(f"conv1d.optimized: Cin={cin} not supported (supports Cin <= {OPTIMIZED_MAX_CIN})")
 
 
 def run_optimized(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor,

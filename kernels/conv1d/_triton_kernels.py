@@ -1,4 +1,4 @@
-"""Triton conv1d kernel (imported lazily by triton_conv1d.py, so a missing triton only disables that variant).
+"""Triton conv1d kernel (imported lazily by triton_variants.py, so a missing triton only disables that variant).
 
 y[b, co, l] = bias[co] + sum_{r < Cin*K} w[co, r] * x[b, r // K, l + r % K - K//2]: one program per
 (L tile, Cout tile, batch); it walks the flattened reduction axis r = (ci, k) in BLOCK_R chunks, loading a
@@ -6,7 +6,7 @@ BLOCK_CO x BLOCK_R weight tile (rows of w are contiguous) and the matching BLOCK
 (masked to zero outside [0, L)), and accumulates their broadcast product summed over r in fp32. The
 broadcast-multiply-sum has no 16-wide minimum tile for the tiny L of Diffusion Policy and runs under
 TRITON_INTERPRET=1 for any dtype (bf16/fp16 tiles are upcast on load); on Hopper the compiler may still turn it
-into a TF32 MMA for large tiles (see triton_conv1d.py).
+into a TF32 MMA for large tiles (see triton_variants.py).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""cuda: the whole step in one CUDA launch (denoise_kernel.cu), any action shape and batch, DDPM and DDIM.
+"""denoise CUDA variant: cuda, the whole step in one launch (denoise.cu), any action shape and batch, DDPM and DDIM.
 
 The per-step constants (diffusers' float32 scalars) live in one device table per schedule, built and
 copied once, cached; the kernel reads the step index from device memory, picks its row and writes x_{t-1}:
@@ -28,7 +28,7 @@ from ._noise import NoiseSpec
 from ._schedule import Schedule, table_for
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "denoise_binding.cpp", HERE / "denoise_kernel.cu")
+SOURCES = (HERE / "binding.cpp", HERE / "denoise.cu")
 _ext: types.ModuleType | None = None
 
 

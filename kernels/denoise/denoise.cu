@@ -1,4 +1,4 @@
-// denoise_kernel.cu: one DDPM/DDIM scheduler step x_{t-1} = step(eps, x_t, z) in one launch, any shape.
+// denoise.cu: one DDPM/DDIM scheduler step x_{t-1} = step(eps, x_t, z) in one launch, any shape.
 //
 //   x0  = clip((x - b*eps) / a, -r, r)
 //   out = c_x0 * x0 + c_x * x + c_eps * eps + sigma * z
@@ -17,8 +17,8 @@
 // kernel from Philox4x32-10 (key = seed, counter = (group, step, offset_lo, offset_hi)) and Box-Muller,
 // seed/offset read from device memory, so a whole denoising loop can be captured. philox_normal_kernel
 // writes the same normals to memory (tests compare them with a Python reimplementation of the stream).
-// step_element and philox_normal4 are __host__ __device__: tests/test_denoise.py compiles them into a host
-// program (no GPU needed) and checks them against the float64 reference and the Python Philox.
+// step_element and philox_normal4 are __host__ __device__: tests/cuda/denoise_host.cu runs them on the CPU (no
+// GPU needed) and tests/test_denoise.py checks them against the float64 reference and the Python Philox.
 //
 // Versus the seed's part-7 kernel: any shape and batch (not 1 x 2 x 16), any schedule (prev_t from the
 // schedule, not t - 1), DDIM, noise in the sample's own layout, x - b*eps with one rounding (fma): at t = 99 of

@@ -1,4 +1,4 @@
-"""conv1d baseline: torch.nn.functional.conv1d as PyTorch runs it by default (cuDNN).
+"""conv1d PyTorch variant: cudnn, torch.nn.functional.conv1d as PyTorch runs it by default (the baseline).
 
 At the Push-T shapes (batch 1, L = 4..16, 256..2048 channels) cuDNN transposes the weights to NHWC on every
 call (about 42 us for the 21 MB of a 1024->1024, k=5 conv on an H200) and then runs an implicit GEMM, in
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 import dpk
 
-from ._validate import check_conv1d_inputs
+from ._checks import check_conv1d_inputs
 
 CUDNN_TF32 = bool(torch.backends.cudnn.allow_tf32)
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -1,6 +1,7 @@
 // Torch binding of the fused GroupNorm+Mish kernels (gn_mish.cu): allocates y, launches on the current stream.
-// Python validates first (_checks.py, fused.Tuning) with clear messages; the TORCH_CHECKs here are the safety net.
-// `knobs` is the gn_mish::Limits in field order (fused.Tuning.as_list()); empty = the defaults.
+// Python validates first (_checks.py, cuda_variants.Tuning) with clear messages; the TORCH_CHECKs here are the
+// safety net.
+// `knobs` is the gn_mish::Limits in field order (cuda_variants.Tuning.as_list()); empty = the defaults.
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/extension.h>

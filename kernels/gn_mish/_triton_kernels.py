@@ -13,6 +13,8 @@ import torch
 import triton
 import triton.language as tl
 
+import dpk
+
 MAX_TILE = 4096  # elements of one register tile (8 warps: 16 fp32 per thread)
 SOFTPLUS_THRESHOLD = tl.constexpr(20.0)  # PyTorch's softplus cut-off: above it tanh(softplus(z)) == 1 in fp32
 
@@ -84,7 +86,7 @@ def gn_mish_triton(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, gro
     B, C, L = x.shape
     n = (C // groups) * L
     if n >= 2**31:
-        raise ValueError(f"gn_mish: a group of {n} elements exceeds the kernel's int32 indexing")
+        raise dpk.Unavailable(f"gn_mish: a group of {n} elements exceeds the kernel's int32 indexing")
     one_tile = n <= max_tile
     block = triton.next_power_of_2(n) if one_tile else max_tile
     y = torch.empty_like(x)
