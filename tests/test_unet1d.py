@@ -17,7 +17,7 @@ from dpk.build import nvcc_path
 from .conftest import ROOT
 
 registry.load([ROOT / "kernels"], strict=True)
-M = importlib.import_module("dpk.families.unet1d._model")
+M = importlib.import_module("dpk.families.unet1d._unet")
 P = importlib.import_module("dpk.families.unet1d._program")
 PLAN = importlib.import_module("dpk.families.unet1d._plan")
 E = importlib.import_module("dpk.families.unet1d._emulate")

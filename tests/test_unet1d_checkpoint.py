@@ -33,7 +33,7 @@ FIXTURE = ROOT / "tests" / "data" / "unet1d_dp_dill_omegaconf.ckpt"
 registry.load([ROOT / "kernels"], strict=True)
 C = importlib.import_module("dpk.families.unet1d._checkpoint")
 F = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
-M = importlib.import_module("dpk.families.unet1d._model")
+M = importlib.import_module("dpk.families.unet1d._unet")
 UNetConfig, CheckpointError = M.UNetConfig, C.CheckpointError
 
 CONFIGS = {

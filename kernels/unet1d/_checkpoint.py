@@ -29,7 +29,7 @@ import torch
 
 from . import _checkpoint_formats as fmt
 from . import _checkpoint_pickle as _unpickle
-from ._model import ConditionalUnet1D, UNetConfig
+from ._unet import ConditionalUnet1D, UNetConfig
 
 SUFFIXES = (".pt", ".pth", ".ckpt", ".safetensors")
 ANCHOR = "final_conv.1.weight"  # the last layer: its prefix locates the U-Net inside a larger state dict

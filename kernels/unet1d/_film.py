@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ._model import ConditionalUnet1D
+from ._unet import ConditionalUnet1D
 
 
 def film_weight(model: ConditionalUnet1D) -> tuple[torch.Tensor, torch.Tensor]:

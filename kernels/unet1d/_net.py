@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from ._film import step_film, step_table
-from ._model import ConditionalUnet1D, UNetConfig, build, conv_param_count
+from ._unet import ConditionalUnet1D, UNetConfig, build, conv_param_count
 
 KEEP = 2  # nets kept alive (a Push-T image net is 1 GB in fp32 plus 2 GB for its float64 copy)
 

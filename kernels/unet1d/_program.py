@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._model import ConditionalUnet1D
 from ._plan import SMS, Buf, Op, Segment, Source, Store, pack_bias, pack_weight, plan_op
+from ._unet import ConditionalUnet1D
 
 FORMS = ("plain", "step")
 

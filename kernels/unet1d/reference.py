@@ -3,7 +3,7 @@
 Inputs (make_inputs): sample ~ N(0, 1) (B, T, input_dim); timestep (B,) int64 in [0, num_train_timesteps);
 global_cond ~ N(0, 1) (B, global_cond_dim); obs (B, F) = W_g mish(global_cond) + b (_film.py: the once-per-
 observation FiLM part, computed in float32 from the same weights); and a `Call` (_net.py: the weights, the
-form, the table length). Case parameters: the config fields (_model.UNetConfig) or `checkpoint: PATH`;
+form, the table length). Case parameters: the config fields (_unet.UNetConfig) or `checkpoint: PATH`;
 `weights_seed`; B; T (the horizon); `form` (plain | step); `num_train_timesteps`.
   plain: the module's forward(sample, timestep, global_cond), FiLM computed from the step encoder;
   step:  the denoising-step form: FiLM = table[timestep] + obs, no FiLM or step-encoder weights read.

@@ -26,6 +26,7 @@
 #include <stdint.h>
 
 #include "async_copy.cuh"
+#include "grid_dependency.cuh"
 #include "unet1d.h"
 
 namespace {
@@ -60,27 +61,9 @@ __host__ __device__ inline Carve carve(const UnetOp& op) {
     return c;
 }
 
-__device__ __forceinline__ uint64_t now_ns() {
-    uint64_t t;
-    asm volatile("mov.u64 %0, %globaltimer;" : "=l"(t));
-    return t;
-}
-
 // phase timestamps of this CTA (thread 0) when the op carries a trace buffer
 __device__ __forceinline__ void mark(const UnetOp& op, int point) {
-    if (op.trace != nullptr && threadIdx.x == 0) op.trace[blockIdx.x * UNET_TRACE_POINTS + point] = now_ns();
-}
-
-__device__ __forceinline__ void pdl_wait() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void pdl_launch_dependents() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-#endif
+    if (op.trace != nullptr && threadIdx.x == 0) op.trace[blockIdx.x * UNET_TRACE_POINTS + point] = ca::globaltimer_ns();
 }
 
 // mish(v) = v tanh(softplus(v)) = v n / (n + 2), n = e^v (e^v + 2); v > 15: tanh(softplus(v)) = 1 in fp32.
@@ -580,8 +563,8 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     int rsrc;
     prologue_early<T>(op, b, X, coef, rpre, rsrc);
     mark(op, 1);
-    pdl_wait();
-    pdl_launch_dependents();
+    ca::grid_dependency_wait();
+    ca::launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
