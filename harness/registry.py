@@ -71,7 +71,7 @@ class Variant:
     work: Callable[[Case], Work] | None = None
     graph: bool = True
     against: str | None = None
-    resident: Callable[..., int] | None = None
+    info: Callable[..., dict] | None = None
     description: str = ""
     source: str = ""
 
@@ -153,7 +153,7 @@ def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Calla
 def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
             baseline: bool = False, compute: str = "float32", tol: Tolerance | Callable | None = None,
             work: Callable | None = None, graph: bool = True, against: str | None = None,
-            resident: Callable[..., int] | None = None) -> Callable[[Callable], Callable]:
+            info: Callable[..., dict] | None = None) -> Callable[[Callable], Callable]:
     """Register `fn(*inputs) -> output` as a variant of `family`.
 
     needs: 'cuda' (a CUDA GPU), 'nvcc' (a CUDA compiler and a CUDA build of torch), 'triton', 'sm90',
@@ -164,8 +164,9 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     graph: False when the variant cannot be captured in a CUDA graph (host syncs, CPU-side state).
     against: another variant of the family whose output on the same inputs this one must also match within
         the family's tolerance for that variant's arithmetic (e.g. a CUDA graph or a compiled form of it).
-    resident: `(*inputs) -> bytes` of device memory the variant holds to make a call (its weights as laid
-        out, workspaces, graph pools): the row's `resident_mb`.
+    info: `(*inputs) -> {column: value}` merged into each timed row after the first call, e.g. `resident_mb`
+        (device memory the variant holds: weights as laid out, workspaces, graph pools) and `prepare_s` (one-off
+        work before the first call could run: packing, graph capture, torch.compile).
     """
     check_name("variant", name)
     bad = [d for d in dtypes if d not in DTYPES]
@@ -175,7 +176,7 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     def deco(fn: Callable) -> Callable:
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
         _active[-1].add_variant(Variant(family, name, fn, tuple(needs), tuple(dtypes), baseline, compute,
-                                        tol, work, graph, against, resident, doc, _caller_source()))
+                                        tol, work, graph, against, info, doc, _caller_source()))
         return fn
     return deco
 

@@ -27,7 +27,7 @@ COLUMNS = [
     "n", "median_us", "iqr_us", "min_us", "mean_us", "std_us", "p10_us", "p90_us", "rel_spread", "stopped",
     "host_us", "first_call_s", "calls_per_sample", "uncovered", "host_probe_us",
     "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "floor_us", "x_floor", "copy_gbps", "size_copy_us",
-    "pct_size_copy", "speedup", "resident_mb", "peak_mem_mb",
+    "pct_size_copy", "speedup", "resident_mb", "prepare_s", "peak_mem_mb",
     "sm_mhz_start", "sm_mhz_min", "sm_mhz_end", "temp_c_start", "temp_c_end", "slowdown", "throttled",
     "tf32_matmul", "tf32_cudnn",
 ]

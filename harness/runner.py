@@ -133,8 +133,8 @@ class Session:
         inputs = fam.make_inputs(case, self.device)
         fn = ranged(lambda: v.fn(*inputs), v.family, v.name, case.id)
         first = timer.first_call(fn)
-        if v.resident is not None:
-            base["resident_mb"] = v.resident(*inputs) / 1e6
+        if v.info is not None:
+            base |= v.info(*inputs)
         for m in modes:
             row = base | {"mode": m, "first_call_s": first}
             if m == "graph" and not v.graph:

@@ -8,6 +8,7 @@ variant prepares once and every later call (parity, timing) reuses it.
 """
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ class Net:
     device: torch.device
     dtype: torch.dtype
     prepared: dict[Any, Any] = field(default_factory=dict)
+    prepare_s: dict[Any, float] = field(default_factory=dict)
     _ref: ConditionalUnet1D | None = None
     _tables: dict[int, torch.Tensor] = field(default_factory=dict)
 
@@ -48,8 +50,13 @@ class Net:
         return self._tables[num_t]
 
     def prepare(self, key: Any, make: Callable[[], Any]) -> Any:
+        """A variant's state for `key`, made once; the time it took is in `prepare_s[key]`."""
         if key not in self.prepared:
+            t0 = time.perf_counter()
             self.prepared[key] = make()
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.prepare_s[key] = time.perf_counter() - t0
         return self.prepared[key]
 
     def weight_bytes(self) -> int:

@@ -59,12 +59,15 @@ def _io(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor,
     return io
 
 
-def _resident(*inputs: object) -> int:
+def _info(*inputs: object) -> dict:
+    """resident_mb: packed weights, workspace, output buffers; prepare_s: planning and packing the program."""
     sample, call = inputs[0], inputs[-1]
-    return compiled_program(call, sample.shape[0], sample.shape[1]).resident_bytes()
+    key = ("kernels", call.form, call.num_t, sample.shape[0], sample.shape[1])
+    prog = compiled_program(call, sample.shape[0], sample.shape[1])
+    return {"resident_mb": prog.resident_bytes() / 1e6, "prepare_s": call.net.prepare_s.get(key, float("nan"))}
 
 
-@dpk.variant("unet1d", "kernels", needs=NEEDS, compute="float32", resident=_resident)
+@dpk.variant("unet1d", "kernels", needs=NEEDS, compute="float32", info=_info)
 def kernels(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
             call: Call) -> torch.Tensor:
     """The project's layer kernel, ~30 launches with PDL, one NVTX range per layer."""
@@ -72,7 +75,7 @@ def kernels(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Ten
     return compiled_program(call, sample.shape[0], sample.shape[1]).launch(io)
 
 
-@dpk.variant("unet1d", "kernels_graph", needs=NEEDS, compute="float32", graph=False, resident=_resident)
+@dpk.variant("unet1d", "kernels_graph", needs=NEEDS, compute="float32", graph=False, info=_info)
 def kernels_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
                   call: Call) -> torch.Tensor:
     """`kernels` captured once into one CUDA graph (PDL edges kept) and replayed."""

@@ -10,6 +10,7 @@ table[timestep] + obs (two small ops inside the captured or compiled region).
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import torch
@@ -23,16 +24,19 @@ TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 DTYPES = ("float32", "bfloat16")
 
 
-def _resident_of(kind: str) -> Callable[..., int]:
-    def resident(*inputs: object) -> int:
-        """The weights plus what this variant prepared for this form (graph pools)."""
+def _info_of(kind: str) -> Callable[..., dict]:
+    def info(*inputs: object) -> dict:
+        """resident_mb: the weights plus what this variant prepared for this form (graph pools, measured as the
+        allocator's growth); prepare_s: capture, or compile and record (the first call of torch.compile)."""
         call = inputs[-1]
-        return call.net.weight_bytes() + sum(s.get("bytes", 0) for k, s in call.net.prepared.items()
-                                             if k[0] == kind and k[1] == call.form)
-    return resident
+        mine = [(k, s) for k, s in call.net.prepared.items() if k[0] == kind and k[1] == call.form]
+        extra = sum(max(0, s.get("bytes", 0)) for _, s in mine)
+        prep = sum(s.get("first_call_s", call.net.prepare_s.get(k, 0.0)) for k, s in mine)
+        return {"resident_mb": (call.net.weight_bytes() + extra) / 1e6} | ({"prepare_s": prep} if mine else {})
+    return info
 
 
-@dpk.variant("unet1d", "eager", baseline=True, compute=TORCH_COMPUTE, dtypes=DTYPES, resident=_resident_of("eager"))
+@dpk.variant("unet1d", "eager", baseline=True, compute=TORCH_COMPUTE, dtypes=DTYPES, info=_info_of("eager"))
 def eager(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
           call: Call) -> torch.Tensor:
     """The module in PyTorch eager (default TF32 settings: cuDNN convs in TF32)."""
@@ -60,7 +64,7 @@ def _capture(call: Call, sample: torch.Tensor, timestep: torch.Tensor, global_co
 
 
 @dpk.variant("unet1d", "cuda_graph", needs=("cuda",), compute=TORCH_COMPUTE, dtypes=DTYPES, graph=False,
-             against="eager", resident=_resident_of("cuda_graph"))
+             against="eager", info=_info_of("cuda_graph"))
 def cuda_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
                call: Call) -> torch.Tensor:
     """One forward captured in a torch.cuda.CUDAGraph with static buffers: copy in, replay, copy out."""
@@ -84,16 +88,18 @@ def _compiled(call: Call) -> dict:
 
 
 @dpk.variant("unet1d", "compiled", needs=("cuda", "triton"), compute=TORCH_COMPUTE, dtypes=DTYPES, graph=False,
-             against="eager", resident=_resident_of("compiled"))
+             against="eager", info=_info_of("compiled"))
 def compiled(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
              call: Call) -> torch.Tensor:
     """torch.compile(mode="reduce-overhead"), as LeRobot's compile_model; the first call (first_call_s) compiles.
     The output is cloned out of the CUDA-graph pool that the next replay overwrites."""
     check_inputs(sample, timestep, global_cond, obs, call, "compiled")
     st = call.net.prepare(("compiled", call.form, call.num_t), lambda: _compiled(call))
-    if "bytes" not in st:  # the first call compiles and records the graphs: its memory is the variant's
-        before = torch.cuda.memory_allocated(sample.device)
+    if "bytes" not in st:  # the first call compiles and records the graphs: its time and memory are the variant's
+        before, t0 = torch.cuda.memory_allocated(sample.device), time.perf_counter()
         out = st["fn"](sample, timestep, global_cond, obs).clone()
+        torch.cuda.synchronize(sample.device)
+        st["first_call_s"] = time.perf_counter() - t0
         st["bytes"] = torch.cuda.memory_allocated(sample.device) - before - out.numel() * out.element_size()
         return out
     return st["fn"](sample, timestep, global_cond, obs).clone()
