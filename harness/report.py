@@ -148,7 +148,8 @@ def plot_history(runs: list[Run], path: Path, mode: str = "cold") -> Path | None
     ax.set_ylabel(f"latency relative to first run\n(geomean over cases, {mode})")
     ax.set_title("History over runs on this machine (lower is faster; 1 = a row's first run)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, ncol=2)
+    if ax.get_legend_handles_labels()[0]:  # CPU runs may have no timed row in common
+        ax.legend(fontsize=7, ncol=2)
     return _save(fig, path)
 
 
