@@ -247,26 +247,35 @@ def load(kernel_dirs: Iterable[Path], strict: bool = False, package: str = PLUGI
     unless `strict` (tests use it to prove the shipped families import cleanly).
     """
     _ensure_parent_package(package)
+    fam_dirs = []
+    for kdir in map(Path, kernel_dirs):
+        if not kdir.is_dir():
+            raise FileNotFoundError(f"kernels dir {kdir} does not exist")
+        fam_dirs += sorted(p for p in kdir.iterdir() if p.is_dir() and not p.name.startswith(("_", ".")))
+    seen: dict[str, Path] = {}
+    for fam_dir in fam_dirs:
+        if fam_dir.name in seen:
+            raise ValueError(f"family folder {fam_dir.name!r} is in two kernels dirs: {seen[fam_dir.name]} and "
+                             f"{fam_dir}; rename one")
+        seen[fam_dir.name] = fam_dir
+    for fam_dir in fam_dirs:  # every package first: a family may import a sibling's `_` modules (policy: unet1d)
+        _fresh_package(f"{package}.{fam_dir.name}", fam_dir)
     reg = Registry()
     _active.append(reg)
     try:
-        for kdir in kernel_dirs:
-            kdir = Path(kdir)
-            if not kdir.is_dir():
-                raise FileNotFoundError(f"kernels dir {kdir} does not exist")
-            for fam_dir in sorted(p for p in kdir.iterdir() if p.is_dir() and not p.name.startswith(("_", "."))):
-                if families is None or fam_dir.name in families:
-                    _load_family_dir(reg, fam_dir, strict, package)
+        for fam_dir in fam_dirs:
+            if families is None or fam_dir.name in families:
+                _load_family_dir(reg, fam_dir, strict, package)
     finally:
         _active.pop()
     reg.validate()
     return reg
 
 
-def _load_family_dir(reg: Registry, fam_dir: Path, strict: bool, package: str) -> None:
-    pkg_name = f"{package}.{fam_dir.name}"
+def _fresh_package(pkg_name: str, fam_dir: Path) -> None:
+    """Drop a previous load's modules of the package (a fresh load re-runs the decorators), then create it."""
     for mod in [m for m in sys.modules if m == pkg_name or m.startswith(pkg_name + ".")]:
-        del sys.modules[mod]  # a fresh load re-runs the decorators
+        del sys.modules[mod]
     init = fam_dir / "__init__.py"
     if init.exists():
         _load_module(pkg_name, init, fam_dir)
@@ -274,6 +283,10 @@ def _load_family_dir(reg: Registry, fam_dir: Path, strict: bool, package: str) -
         pkg = types.ModuleType(pkg_name)
         pkg.__path__ = [str(fam_dir)]
         sys.modules[pkg_name] = pkg
+
+
+def _load_family_dir(reg: Registry, fam_dir: Path, strict: bool, package: str) -> None:
+    pkg_name = f"{package}.{fam_dir.name}"
     for path in sorted(fam_dir.glob("*.py")):
         name = f"{pkg_name}.{path.stem}"
         if path.name.startswith("_") or name in sys.modules:  # already pulled in by a sibling's import

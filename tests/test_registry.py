@@ -1,6 +1,7 @@
 """Registry discovery, plugin loading by path, availability reasons."""
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -63,6 +64,10 @@ def test_duplicates_and_orphans_are_errors(tmp_path):
     _family(tmp_path / "b", "two", FAMILY.format(name="dup"))
     with pytest.raises(ValueError, match="declared twice"):
         registry.load([tmp_path / "a", tmp_path / "b"], strict=True)
+    _family(tmp_path / "d", "dup", FAMILY.format(name="dup2"))
+    _family(tmp_path / "e", "dup", FAMILY.format(name="dup3"))
+    with pytest.raises(ValueError, match="family folder 'dup' is in two kernels dirs"):
+        registry.load([tmp_path / "d", tmp_path / "e"])
     _family(tmp_path / "c", "orphan", "import dpk\n@dpk.variant('ghost', 'v')\ndef v(x):\n    return x\n")
     with pytest.raises(ValueError, match="unknown family 'ghost'"):
         registry.load([tmp_path / "c"])
@@ -81,3 +86,14 @@ def test_project_families_load_cleanly(project_session):
         assert project_session.registry.baseline(fam) is not None, f"{fam} has no baseline"
         for suite in ("smoke", "pusht", "sweep"):
             assert project_session.cases(fam, suite), f"{fam} has no {suite} cases"
+
+
+def test_family_imports_a_later_siblings_private_module(tmp_path):
+    """Families load in name order; every package exists first, so `aaa` can use `zzz`'s `_` modules."""
+    _family(tmp_path, "zzz", FAMILY.format(name="zzz"))
+    (tmp_path / "zzz" / "_shared.py").write_text("VALUE = 41\n")
+    _family(tmp_path, "aaa", FAMILY.format(name="aaa") + "\nfrom ..zzz._shared import VALUE\nANSWER = VALUE + 1\n")
+    reg = registry.load([tmp_path], strict=True)
+    assert set(reg.families) >= {"aaa", "zzz"}
+    assert sys.modules["dpk.families.aaa.fam"].ANSWER == 42
+    assert registry.load([tmp_path], strict=True, families=["aaa"]).families.keys() == {"aaa"}

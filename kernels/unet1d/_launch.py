@@ -18,8 +18,9 @@ import torch
 import dpk
 from dpk.nvtx import Ranges
 
+from ._net import Call
 from ._plan import SMEM_MAX, Buf, Op, Segment, Source
-from ._program import Program
+from ._program import Program, build_program
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
@@ -225,3 +226,19 @@ class _Null:
 
 
 _NULL = _Null()
+
+
+def compiled_program(call: Call, batch: int, horizon: int) -> Compiled:
+    """The packed program of (net, batch, horizon, form) on the net's device, built once."""
+    def make() -> Compiled:
+        module = call.net.module
+        if module.parameters().__next__().dtype != torch.float32:
+            raise dpk.Unavailable("the kernels path runs fp32 weights only")
+        try:
+            program = build_program(module, batch, horizon, call.form,
+                                    sms=torch.cuda.get_device_properties(call.net.device).multi_processor_count)
+        except ValueError as e:  # a shape the kernel has no instantiation for
+            raise dpk.Unavailable(str(e)) from e
+        table = call.net.table(call.num_t) if call.form == "step" else None
+        return Compiled(program, call.net.device, table)
+    return call.net.prepare(("kernels", call.form, call.num_t, batch, horizon), make)

@@ -11,38 +11,15 @@ denoising loop that reuses its buffers pays no host work per step. Both return a
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 
 import dpk
 
 from ._checks import check_inputs
+from ._launch import compiled_program
 from ._net import Call
 
-if TYPE_CHECKING:
-    from ._launch import Compiled
-
 NEEDS = ("cuda", "nvcc", "sm90")
-
-
-def compiled_program(call: Call, batch: int, horizon: int) -> Compiled:
-    """The packed program of (net, batch, horizon, form) on the net's device, built once."""
-    from ._launch import Compiled
-    from ._program import build_program
-
-    def make() -> Compiled:
-        module = call.net.module
-        if module.parameters().__next__().dtype != torch.float32:
-            raise dpk.Unavailable("the kernels path runs fp32 weights only")
-        try:
-            program = build_program(module, batch, horizon, call.form,
-                                    sms=torch.cuda.get_device_properties(call.net.device).multi_processor_count)
-        except ValueError as e:  # a shape the kernel has no instantiation for
-            raise dpk.Unavailable(str(e)) from e
-        table = call.net.table(call.num_t) if call.form == "step" else None
-        return Compiled(program, call.net.device, table)
-    return call.net.prepare(("kernels", call.form, call.num_t, batch, horizon), make)
 
 
 def _io(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor, call: Call,

@@ -11,20 +11,17 @@ Both compute the same function; the oracle is the float64 module on (sample, tim
 """
 from __future__ import annotations
 
-import math
-
 import torch
-from torch import nn
 
 import dpk
-from dpk.tolerance import torch_dtype, unit_roundoff
+from dpk.tolerance import torch_dtype
 
 from ._film import observe
 from ._net import Call, case_config, find_net, get_net
 from ._net import conv_bytes as _conv_bytes
+from ._rounding import forward_tolerance
 
 FORMS = ("plain", "step")
-SAFETY = 8.0  # as dpk.tolerance.reduction: the constant of the probabilistic bound, large suites stay quiet
 
 
 def _form(case: dpk.Case) -> str:
@@ -50,54 +47,13 @@ def make_inputs(case: dpk.Case, device: torch.device) -> tuple:
     return sample, timestep, global_cond, obs, Call(net, _form(case), num_t)
 
 
-def _conv_lengths(module: nn.Module) -> list[int]:
-    """Reduction length of every conv output (cin * taps; a transposed conv output sums cin * 2 taps)."""
-    out = []
-    for m in module.modules():
-        if isinstance(m, nn.ConvTranspose1d):
-            out.append(m.in_channels * 2)
-        elif isinstance(m, nn.Conv1d):
-            out.append(m.in_channels * m.kernel_size[0])
-    return out
-
-
-def output_scale(module: nn.Module) -> float:
-    """A bound on the output's typical size: the final 1x1 conv of z = mish(GroupNorm(.)), |z|_rms <=
-    rms(gamma) + rms(beta) + 0.31 (|mish(v)| <= |v| + 0.31, GroupNorm output has unit rms per group)."""
-    norm, proj = module.final_conv[0].block[1], module.final_conv[1]
-    z = float(norm.weight.double().pow(2).mean().sqrt() + norm.bias.double().pow(2).mean().sqrt()) + 0.31
-    w = proj.weight.double().reshape(proj.out_channels, -1)
-    return float((w.norm(dim=1) * z + proj.bias.double().abs()).max())
-
-
 def tolerance(case: dpk.Case, compute: str) -> dpk.Tolerance:
-    """Rounding error of the whole forward, from the computation (kernels/unet1d/NOTES.md derives it).
-
-    Each conv output of reduction length n carries ~u32 sqrt(n) of relative error when accumulated in fp32,
-    ~2 u_tf32 when its operands are rounded to TF32, ~u_bf16 per stored bf16 activation (3 per layer: conv,
-    GroupNorm, Mish). GroupNorm rescales each group to unit variance, so relative errors pass through every
-    layer about unchanged and independent layers add in quadrature over the D conv layers; the plain form's
-    sinusoid argument t f rounds to u32 t_max. All of it in units of the output's scale y (`output_scale`):
-        atol = 8 y sqrt(u32^2 (sum_l n_l + t_max^2) + D (2 u_tf32)^2 [tf32] + 3 D u_bf16^2 [bf16 storage])
-    and rtol = 2 u(out dtype) for the final store.
-    """
+    """Rounding error of the whole forward, from the computation (`_rounding.forward_tolerance`; NOTES.md)."""
     net = find_net(case.p)
     if net is None:
         net = get_net(case.p, torch.device("cpu"), torch_dtype(case.dtype))
-    lengths = _conv_lengths(net.module)
-    depth = len(lengths)
-    u32 = unit_roundoff("float32")
     t_max = int(case.get("num_train_timesteps", 100)) if _form(case) == "plain" else 0
-    var = u32 ** 2 * (sum(lengths) + t_max ** 2)
-    if compute == "tf32":
-        var += depth * (2 * unit_roundoff("tf32")) ** 2
-    if case.dtype != "float32" or compute not in ("float32", "tf32"):
-        u = max(unit_roundoff(case.dtype), unit_roundoff(compute))
-        var += 3 * depth * u ** 2
-    y = output_scale(net.module)
-    atol = SAFETY * y * math.sqrt(var)
-    return dpk.Tolerance(atol=atol, rtol=2 * unit_roundoff(case.dtype),
-                         why=f"8*y*sqrt(err^2 over {depth} convs, sum n = {sum(lengths)}, {compute}), y = {y:.3g}")
+    return forward_tolerance(net.module, compute, case.dtype, t_max)
 
 
 def work(case: dpk.Case) -> dpk.Work:
