@@ -31,6 +31,7 @@ from dpk.tolerance import torch_dtype, unit_roundoff
 from ._checks import check_step_inputs
 from ._noise import NoiseSpec, draw
 from ._schedule import Schedule, step_scalars
+from ._steps import reference_step
 
 X0_MAX = 1.1  # consistent inputs: x0 ~ U(-X0_MAX, X0_MAX)
 GAUSS_MAX = 5.5  # bound on |N(0, 1)| draws: P(|g| > 5.5) = 3.8e-8 per element
@@ -114,16 +115,4 @@ def reference(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: torch.T
               noise: NoiseSpec | None = None) -> torch.Tensor:
     """One DDPM/DDIM step in float64 straight from diffusers' formulas, on diffusers' float32 scalars."""
     check_step_inputs(eps, x, z, step, schedule, variant="reference", dtypes=(torch.float64, torch.float32))
-    c = step_scalars(schedule, int(step))
-    x0 = (x - c["b"] * eps) / c["a"]
-    if schedule.clip_sample:
-        x0 = x0.clamp(-schedule.clip_sample_range, schedule.clip_sample_range)
-    if schedule.scheduler == "ddpm":
-        out = c["c_x0"] * x0 + c["c_x"] * x
-        if c["t"] > 0:
-            out = out + c["sigma"] * z
-    else:
-        out = c["c_x0"] * x0 + c["c_eps"] * eps
-        if schedule.eta > 0:
-            out = out + c["sigma"] * z
-    return out
+    return reference_step(eps, x, z, int(step), schedule)

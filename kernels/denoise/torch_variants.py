@@ -38,32 +38,8 @@ import dpk
 
 from ._checks import check_step_inputs
 from ._noise import NoiseSpec, generator
-from ._schedule import COLUMNS, Schedule, device_table
-
-_schedulers: dict[Schedule, object] = {}
-
-
-def scheduler_for(s: Schedule) -> object:
-    """The diffusers scheduler of `s` (cached), with set_timesteps(N) applied."""
-    sch = _schedulers.get(s)
-    if sch is None:
-        import diffusers
-
-        common = {"num_train_timesteps": s.num_train_timesteps, "beta_start": s.beta_start, "beta_end": s.beta_end,
-                  "beta_schedule": s.beta_schedule, "clip_sample": s.clip_sample,
-                  "clip_sample_range": s.clip_sample_range, "prediction_type": "epsilon",
-                  "timestep_spacing": "leading", "steps_offset": s.steps_offset}
-        if s.scheduler == "ddpm":
-            sch = diffusers.DDPMScheduler(variance_type="fixed_small", **common)
-        else:
-            sch = diffusers.DDIMScheduler(set_alpha_to_one=s.set_alpha_to_one, **common)
-        sch.set_timesteps(s.num_inference_steps)
-        if tuple(sch.timesteps.tolist()) != s.timesteps:
-            raise RuntimeError(f"denoise.diffusers: diffusers' timesteps {sch.timesteps.tolist()[:4]}... differ "
-                               f"from the schedule's {s.timesteps[:4]}...")
-        _schedulers[s] = sch
-    return sch
-
+from ._schedule import Schedule
+from ._steps import fused_step, scheduler_for
 
 _host_steps: dict[int, tuple[weakref.ref, int, int]] = {}  # id -> (the tensor, its version, its value)
 
@@ -94,25 +70,6 @@ def diffusers_step(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: to
     if schedule.scheduler == "ddpm":
         return sch.step(eps, t, x, generator=gen).prev_sample
     return sch.step(eps, t, x, eta=schedule.eta, generator=gen).prev_sample
-
-
-def fused_step(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: torch.Tensor, schedule: Schedule
-               ) -> torch.Tensor:
-    check_step_inputs(eps, x, z, step, schedule, variant="torch_fused", dtypes=(torch.float32,))
-    table = device_table(schedule, x.device, nan_pad=True)  # (N + 2, 8)
-    row = table.index_select(0, (step.reshape(1) + 1).clamp_(0, schedule.num_steps + 1))  # (1, 8)
-    neg_b, a, c_x0, c_x, c_eps, sigma, clip, _ = row.reshape(COLUMNS, *([1] * x.dim())).unbind(0)
-    x0 = torch.addcmul(x, eps, neg_b).div_(a)
-    if schedule.clip_sample:  # config, not per-step data: a host branch is free
-        x0.clamp_(min=-clip, max=clip)
-    out = x0.mul_(c_x0)
-    if schedule.scheduler == "ddpm":
-        out.addcmul_(x, c_x)
-    else:
-        out.addcmul_(eps, c_eps)
-    if schedule.scheduler == "ddpm" or schedule.eta > 0:
-        out.addcmul_(z, sigma)  # sigma = 0 on noise-free steps (DDPM t = 0)
-    return out
 
 
 @dpk.variant("denoise", "torch_fused")
