@@ -1,4 +1,5 @@
-"""Helpers shared by the family tests: the U-Net walk of suites/pusht_unet.py and host builds of tests/cuda/."""
+"""Helpers shared by the family tests: the GPU-test marker, the U-Net walk of suites/pusht_unet.py, host builds
+of tests/cuda/."""
 from __future__ import annotations
 
 import importlib.util
@@ -8,10 +9,18 @@ import types
 from collections.abc import Sequence
 from pathlib import Path
 
+import pytest
+import torch
+
 from dpk.build import nvcc_path, shared_include_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_TESTS = ROOT / "tests" / "cuda"  # C++ test programs the family tests compile with nvcc
+
+
+def gpu_test(fn):
+    """GPU-only test: marked `gpu` (`pytest -m gpu` selects them), skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
 
 
 def pusht_unet() -> types.ModuleType:

@@ -18,6 +18,11 @@ TOY_SUITES = PLUGINS / "suites"
 DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+def gpu_test(fn):
+    """GPU-only test: marked `gpu` (`pytest -m gpu` selects them), skipped without CUDA."""
+    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
+
+
 @pytest.fixture(scope="session")
 def toy_registry() -> registry.Registry:
     return registry.load([TOY_KERNELS], strict=True)

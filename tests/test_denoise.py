@@ -27,7 +27,7 @@ from dpk import parity, registry
 from dpk.build import nvcc_path
 from dpk.cases import load_suite_file, make_case
 
-from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+from ._helpers import CUDA_TESTS, ROOT, gpu_test, nvcc_build, pusht_unet
 
 GPU = torch.cuda.is_available()
 HAS_DIFFUSERS = importlib.util.find_spec("diffusers") is not None
@@ -455,7 +455,7 @@ def test_kernel_math_on_host(host_kernel, loop):
         assert err <= 1e-6 and dz <= 1e-5
 
 
-gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+gpu = gpu_test
 
 
 @gpu

@@ -21,7 +21,7 @@ from dpk.build import nvcc_path
 from dpk.cases import load_suite_file
 from dpk.tolerance import unit_roundoff
 
-from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+from ._helpers import CUDA_TESTS, ROOT, gpu_test, nvcc_build, pusht_unet
 
 FAMILY = "gn_mish"
 HOST_FLAGS = ["-O2", "-std=c++17"]  # tests/cuda/gn_mish_plan_*.cu: the planner built for the host
@@ -618,11 +618,6 @@ FUSED_PATHS = [  # (case name, dtype, max_threads, max_cluster, t2, expected tie
     ("b1_c8_l600_g1", "bfloat16", 64, 1, -1, 1, True),
     ("b1_c8_l600_g1", "float32", 32, 16, 1, 2, False),  # 32 one-warp CTAs
 ]
-
-
-def gpu_test(fn):
-    """GPU-only test: marked `gpu`, skipped without CUDA."""
-    return pytest.mark.gpu(pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU")(fn))
 
 
 def _run_fused(fam, case, tuning):

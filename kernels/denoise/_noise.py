@@ -42,9 +42,15 @@ def generator(spec: NoiseSpec, device: torch.device) -> torch.Generator:
     return torch.Generator(device=gen_device).manual_seed(spec.seed)
 
 
+def randn_as_diffusers(shape: torch.Size | tuple[int, ...], gen: torch.Generator, device: torch.device,
+                       dtype: torch.dtype) -> torch.Tensor:
+    """What diffusers.utils.torch_utils.randn_tensor(shape, generator=gen, device, dtype) draws (one generator):
+    on the generator's device when it differs from the target's, then copied."""
+    rand_device = gen.device if gen.device.type != torch.device(device).type else torch.device(device)
+    return torch.randn(tuple(shape), generator=gen, device=rand_device, dtype=dtype).to(device)
+
+
 def draw(shape: torch.Size | tuple[int, ...], dtype: torch.dtype, device: torch.device, spec: NoiseSpec
          ) -> torch.Tensor:
     """z exactly as diffusers.utils.torch_utils.randn_tensor(shape, generator(spec), device, dtype) returns it."""
-    gen = generator(spec, device)
-    rand_device = gen.device if gen.device.type != torch.device(device).type else torch.device(device)
-    return torch.randn(tuple(shape), generator=gen, device=rand_device, dtype=dtype).to(device)
+    return randn_as_diffusers(shape, generator(spec, device), device, dtype)

@@ -20,11 +20,11 @@ import torch
 
 import dpk
 
-from ._extension import extension, philox_normals, step_cuda, step_cuda_philox
+from ._extension import SOURCES, extension, philox_normals, step_cuda, step_cuda_philox
 from ._noise import NoiseSpec
 from ._schedule import Schedule
 
-__all__ = ["cuda", "extension", "philox_normals", "step_cuda", "step_cuda_philox"]
+__all__ = ["SOURCES", "cuda", "extension", "philox_normals", "step_cuda", "step_cuda_philox"]
 
 
 @dpk.variant("denoise", "cuda", needs=("cuda", "nvcc"))

@@ -1,0 +1,113 @@
+"""graph_per_step, kernels_loop: action chunks with the project's CUDA kernels (fp32).
+
+graph_per_step is the design of Desai's blog, Part V: one CUDA graph of one denoising step (the PyTorch U-Net
+forward + denoise's one-launch step kernel, in place), replayed S times; the step index lives in device memory
+and the graph advances it, so the host only replays. A prologue graph computes the conditioning (and runs the
+encoder) and resets the trajectory and the index.
+
+kernels_loop runs the whole chunk in one CUDA graph: the FiLM's observation part once per chunk (unet1d's
+step form: W_g mish(g) + b), then per step the timestep copied into the forward's (B,) buffer, the unet1d
+family's layer kernels (~30 launches with programmatic dependent launch, weights packed once), and the
+denoise kernel writing the next trajectory in place. No host work per step, no FiLM or step-encoder weights
+streamed per step.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+import dpk
+
+from ..denoise._extension import step_cuda
+from ..unet1d._film import observe
+from ..unet1d._launch import compiled_program
+from ..unet1d._net import Call
+from ._checks import check_inputs
+from ._chunk import Chunk, capture, condition, copy_in, info_of, static_copies
+from .torch_variants import TORCH_COMPUTE
+
+KERNEL_NEEDS = ("cuda", "nvcc", "sm90")
+StepFn = Callable[..., torch.Tensor]  # (eps, x, z, step, schedule, out=) -> x of the next step, as step_cuda
+
+
+def _capture_per_step(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
+    dev, module, sched = chunk.net.device, chunk.net.module, chunk.schedule
+    before = torch.cuda.memory_allocated(dev)
+    static = static_copies(*inputs)
+    noise = static["noise"]
+    x, k, ts = noise[0].clone(), torch.zeros((), dtype=torch.int64, device=dev), chunk.timesteps(dev)
+
+    def prologue() -> torch.Tensor | None:
+        x.copy_(noise[0])
+        k.zero_()
+        return condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
+    start, cond = capture(prologue, dev)
+
+    def one_step() -> None:
+        eps = module(x, ts.index_select(0, k.view(1)), cond)  # (1,) timestep, expanded to the batch
+        step_cuda(eps, x, noise.index_select(0, (k + 1).view(1))[0], k, sched, out=x)
+        k.add_(1)
+    step, _ = capture(one_step, dev)
+    return {"start": start, "step": step, "static": static, "x": x,
+            "bytes": torch.cuda.memory_allocated(dev) - before}
+
+
+@dpk.variant("policy", "graph_per_step", needs=("cuda", "nvcc"), compute=TORCH_COMPUTE, graph=False,
+             against="eager_diffusers", info=info_of("graph_per_step"))
+def graph_per_step(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+                   noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """One CUDA graph per step (forward + denoise kernel, step index in device memory), replayed S times."""
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "graph_per_step")
+    inputs = (global_cond, image, agent_pos, noise)
+    st = chunk.prepare("graph_per_step", noise, lambda: _capture_per_step(chunk, *inputs))
+    copy_in(st["static"], *inputs)
+    st["start"].replay()
+    for _ in range(chunk.steps):
+        st["step"].replay()
+    return st["x"].clone()
+
+
+def step_form_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor, io: dict[str, torch.Tensor],
+                   forward: Callable[[], torch.Tensor], step: StepFn) -> torch.Tensor:
+    """kernels_loop's chunk on the buffers of `io` (sample, t, obs): FiLM's observation part once, then per step
+    the timestep into io["t"], `forward()` (the forward of io's buffers) and `step` writing io["sample"]."""
+    module, dev = chunk.net.module, noise.device
+    x, t, B = io["sample"], io["t"], noise.shape[1]
+    ts, idx = chunk.timesteps(dev), chunk.step_indices(dev)
+    io["obs"].copy_(observe(module, cond, B))
+    x.copy_(noise[0])
+    for k in range(chunk.steps):
+        t.copy_(ts[k].expand(B))
+        step(forward(), x, noise[k + 1], idx[k], chunk.schedule, out=x)
+    return x
+
+
+def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
+    dev, module = chunk.net.device, chunk.net.module
+    before = torch.cuda.memory_allocated(dev)
+    static = static_copies(*inputs)
+    noise = static["noise"]
+    B, T = noise.shape[1], noise.shape[2]
+    program = compiled_program(Call(chunk.net, "step", chunk.schedule.num_train_timesteps), B, T)
+    io = {"sample": noise[0].clone(), "t": torch.zeros(B, dtype=torch.int64, device=dev),
+          "obs": observe(module, None, B).contiguous()}
+
+    def body() -> torch.Tensor:
+        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
+        return step_form_loop(chunk, cond, noise, io, lambda: program.launch(io, ranges=False), step_cuda)
+    graph, out = capture(body, dev)
+    return {"graph": graph, "static": static, "out": out, "bytes": torch.cuda.memory_allocated(dev) - before}
+
+
+@dpk.variant("policy", "kernels_loop", needs=KERNEL_NEEDS, compute="float32", graph=False,
+             against="eager_diffusers", info=info_of("kernels_loop"))
+def kernels_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+                 noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """The whole chunk in one CUDA graph: unet1d's layer kernels in the step form + the denoise kernel."""
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "kernels_loop")
+    inputs = (global_cond, image, agent_pos, noise)
+    st = chunk.prepare("kernels_loop", noise, lambda: _capture_kernels(chunk, *inputs))
+    copy_in(st["static"], *inputs)
+    st["graph"].replay()
+    return st["out"].clone()

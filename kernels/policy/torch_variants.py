@@ -1,0 +1,131 @@
+"""eager_diffusers, compiled, eager_loop, graph_loop: one action chunk as PyTorch and diffusers run it.
+
+eager_diffusers (baseline) is upstream Diffusion Policy's `conditional_sample`: the eager U-Net, then
+diffusers' `scheduler.step(..., generator=g)` per step, the initial trajectory from the same generator (as
+diffusers' randn_tensor draws it), `t` the CPU 0-d tensor `for t in scheduler.timesteps` yields. compiled is
+LeRobot's loop with `compile_model`: the U-Net under torch.compile(mode="reduce-overhead"), `t` made on the
+device with torch.full per step, diffusers' step. Both run PyTorch's default math (cuDNN convs in TF32).
+
+eager_loop is the loop graph_loop captures: the same U-Net with the timesteps and step indices in device
+memory and denoise's torch_fused step on the pre-drawn noise (no host sync, no generator, no host scalar), so
+it runs on CPU too. graph_loop captures every step of the chunk (and the encoder) in one CUDA graph: per call,
+copy the inputs in, replay, clone the actions out; no host work per step.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+import dpk
+from dpk.nvtx import Ranges
+
+from ..denoise._noise import generator
+from ..denoise._steps import fused_step, scheduler_for
+from ._checks import check_inputs
+from ._chunk import Chunk, capture, condition, copy_in, static_copies
+
+TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
+ENCODER, UNET, STEP = Ranges("encoder"), Ranges("unet"), Ranges("step")  # the stages, for nsys / ncu filters
+
+
+def _cond(chunk: Chunk, global_cond: torch.Tensor | None, image: torch.Tensor | None,
+          agent_pos: torch.Tensor | None) -> torch.Tensor | None:
+    with ENCODER:
+        return condition(chunk, global_cond, image, agent_pos)
+
+
+def diffusers_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor, forward: Any) -> torch.Tensor:
+    """Upstream's sampling loop with diffusers' scheduler and generator; `forward(x, t, cond)` runs the U-Net."""
+    from diffusers.utils.torch_utils import randn_tensor
+
+    s, sch = chunk.schedule, scheduler_for(chunk.schedule)
+    gen = generator(chunk.noise, noise.device)
+    x = randn_tensor(tuple(noise.shape[1:]), generator=gen, device=noise.device, dtype=noise.dtype)
+    kw = {"eta": s.eta} if s.scheduler == "ddim" else {}
+    for t in sch.timesteps:
+        with UNET:
+            eps = forward(x, t, cond)
+        with STEP:
+            x = sch.step(eps, t, x, generator=gen, **kw).prev_sample
+    return x
+
+
+@dpk.variant("policy", "eager_diffusers", needs=("diffusers",), baseline=True, compute=TORCH_COMPUTE, graph=False)
+def eager_diffusers(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+                    noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """Upstream Diffusion Policy: eager U-Net + diffusers' scheduler.step with a seeded generator."""
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "eager_diffusers")
+    module = chunk.net.module
+    with torch.no_grad():
+        cond = _cond(chunk, global_cond, image, agent_pos)
+        return diffusers_loop(chunk, cond, noise, lambda x, t, c: module(x, t, global_cond=c))
+
+
+def _compiled(chunk: Chunk) -> dict:
+    module = chunk.net.module
+
+    def forward(x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        return module(x, t, global_cond=cond)
+    return {"fn": torch.compile(forward, mode="reduce-overhead")}
+
+
+@dpk.variant("policy", "compiled", needs=("cuda", "triton", "diffusers"), compute=TORCH_COMPUTE, graph=False,
+             against="eager_diffusers")
+def compiled(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+             noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """LeRobot's loop with compile_model: torch.compile(reduce-overhead) U-Net, diffusers' step; the first call
+    compiles (the row's first_call_s)."""
+    B = check_inputs(global_cond, image, agent_pos, noise, chunk, "compiled")
+    st = chunk.prepare("compiled", noise, lambda: _compiled(chunk))
+    fn, dev = st["fn"], noise.device
+    with torch.no_grad():
+        cond = _cond(chunk, global_cond, image, agent_pos)
+        return diffusers_loop(chunk, cond, noise,
+                              lambda x, t, c: fn(x, torch.full((B,), int(t), dtype=torch.long, device=dev), c))
+
+
+def fused_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor) -> torch.Tensor:
+    """S steps with the timesteps and step indices read on the device and denoise's torch_fused step."""
+    module, sched, dev = chunk.net.module, chunk.schedule, noise.device
+    ts, idx = chunk.timesteps(dev), chunk.step_indices(dev)
+    x = noise[0]
+    for k in range(chunk.steps):
+        with UNET:
+            eps = module(x, ts[k], cond)
+        with STEP:
+            x = fused_step(eps, x, noise[k + 1], idx[k], sched)
+    return x
+
+
+@dpk.variant("policy", "eager_loop", compute=TORCH_COMPUTE, against="eager_diffusers")
+def eager_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+               noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """The loop graph_loop captures, run eagerly: device timesteps, torch_fused step, pre-drawn noise."""
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "eager_loop")
+    with torch.no_grad():
+        return fused_loop(chunk, _cond(chunk, global_cond, image, agent_pos), noise)
+
+
+def _capture_loop(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
+    static = static_copies(*inputs)
+
+    def body() -> torch.Tensor:
+        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
+        return fused_loop(chunk, cond, static["noise"])
+    before = torch.cuda.memory_allocated(chunk.net.device)
+    graph, out = capture(body, chunk.net.device)
+    return {"graph": graph, "static": static, "out": out,
+            "bytes": torch.cuda.memory_allocated(chunk.net.device) - before}
+
+
+@dpk.variant("policy", "graph_loop", needs=("cuda",), compute=TORCH_COMPUTE, graph=False, against="eager_diffusers")
+def graph_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
+               noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
+    """Every step of the chunk (and the encoder) in one CUDA graph: copy in, replay, clone the actions out."""
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "graph_loop")
+    inputs = (global_cond, image, agent_pos, noise)
+    st = chunk.prepare("graph_loop", noise, lambda: _capture_loop(chunk, *inputs))
+    copy_in(st["static"], *inputs)
+    st["graph"].replay()
+    return st["out"].clone()
