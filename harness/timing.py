@@ -21,7 +21,8 @@ runs, which adds a constant and a periodic pattern to the samples of microsecond
 Cover check: after each call is enqueued, the event behind the spin is queried; if it already fired, the
 spin ended before the host had queued the call (the host was slower than the cover, or the call waits for
 the device: `.item()`, a pageable copy). A batch with such samples doubles the spin and is discarded, up to
-`cover_grow` times; a call late in two whole batches waits for the device, so it is sampled without a spin
+`cover_grow` times; a call late in two whole batches (or in one behind the longest spin) waits for the device or
+outlasts any spin on the host, so it is sampled without a spin
 (after a synchronize, so its own wait finds the device idle instead of a long wait and a slow wake-up) and
 counts as uncovered. The fraction of uncovered kept samples is recorded (`uncovered`): such a row times the
 host, not the kernel, and `dpk compare` judges it on host-speed-normalised samples, using `host_probe_s`, a

@@ -107,8 +107,10 @@ class Side:
         late = self.batch[2]
         if not (any(late) and self.grow > 0):
             return False
-        if all(late) and self.grow < cover_grow:
-            self.waits, self.grow = True, 0  # all late twice: the call waits for the device, no spin helps
+        if all(late) and (self.grow < cover_grow or self.cover >= max_cycles):
+            # all late twice, or once with the longest spin already: the call waits for the device (or its host
+            # cost outlasts any spin), no spin helps
+            self.waits, self.grow = True, 0
         else:
             self.cover, self.grow = min(2 * self.cover, max_cycles), self.grow - 1
         return True

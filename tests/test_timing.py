@@ -261,3 +261,18 @@ def test_interleaved_gpu_loop_on_fake_cuda(monkeypatch):
     assert sampled[:4 * 4] == ["flush", "A", "flush", "B"] * 4  # the first batch: 4 rounds of A then B
     assert len(sleeps) == 2 * 4 + 2 * a.stats.n  # the discarded batch's spins, then the kept samples'
     assert sleeps[8:10] == [sleeps[0], 2 * sleeps[1]]  # B's spin doubled after its late batch; A's kept
+
+
+def test_a_call_late_behind_the_longest_spin_waits_at_once():
+    """A batch all late behind the longest spin gives up on the spin at once (no second wasted batch); with a
+    shorter spin it first doubles the spin."""
+    from dpk.timing_aids import Side
+
+    capped = Side(lambda: None, 1, cover=1000, grow=3)
+    capped.batch = ([1.0] * 4, [1.0] * 4, [True] * 4)
+    assert capped.too_short(max_cycles=1000, cover_grow=3) and capped.waits
+    short = Side(lambda: None, 1, cover=100, grow=3)
+    short.batch = ([1.0] * 4, [1.0] * 4, [True] * 4)
+    assert short.too_short(max_cycles=1000, cover_grow=3) and not short.waits and short.cover == 200
+    short.batch = ([1.0] * 4, [1.0] * 4, [True] * 4)
+    assert short.too_short(max_cycles=1000, cover_grow=3) and short.waits
