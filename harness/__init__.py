@@ -16,8 +16,9 @@ if not torch.cuda.is_available():
 
 from . import tolerance
 from .cases import Case, make_case
+from .policy import load_policy
 from .registry import Unavailable, Work, family, variant
 from .tolerance import Tolerance
 
-__all__ = ["Case", "Tolerance", "Unavailable", "Work", "family", "make_case", "tolerance", "variant"]
+__all__ = ["Case", "Tolerance", "Unavailable", "Work", "family", "load_policy", "make_case", "tolerance", "variant"]
 __version__ = "0.1.0"

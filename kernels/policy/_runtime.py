@@ -1,0 +1,128 @@
+"""The policy a robot's control loop calls: weights loaded once, the fastest variant that runs here picked and
+checked, its graphs captured at load; conditioning in, action chunk out (dpk.load_policy builds it).
+
+The variant is the first of PREFERENCE that is available on this device and prepares for these weights (a
+variant raising dpk.Unavailable while preparing, e.g. kernels_loop on a shape it has no kernel for, passes to
+the next): the order of the stored H100 runs (kernels/policy/NOTES.md). With `verify`, the family's parity
+engine checks it first on the user's weights (random conditioning, the derived tolerance against the float64
+oracle, the anti-cheat checks): a policy that would act on wrong numbers does not load.
+
+Noise per call: diffusers' exact stream from `seed` (NoiseSpec on a CPU generator: what every variant and
+eager_diffusers draw for that seed), or, without a seed, one draw of the whole stack from the policy's own
+device generator (rows of steps that add no noise are multiplied by sigma = 0 or not read).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+import dpk
+from dpk.parity import check as parity_check
+from dpk.registry import Registry, unavailable_reason
+
+from ..denoise._noise import NoiseSpec
+from ._chunk import Chunk, predraw
+from .reference import make_inputs
+
+PREFERENCE = ("kernels_loop", "graph_loop", "graph_per_step", "compiled", "eager_loop", "eager_diffusers")
+
+
+@dataclass
+class Policy:
+    """An action-chunk function bound to one net, schedule, device and variant."""
+
+    variant: str
+    chunk: Chunk
+    fn: Callable[..., torch.Tensor]
+    horizon: int
+    notes: list[str] = field(default_factory=list)
+    normalizer: Any = None  # _normalizer.Normalizer: observation in, actions out in the environment's units
+    # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps)
+    action_slice: slice = field(default_factory=lambda: slice(None))
+    _gen: torch.Generator | None = None
+
+    @property
+    def device(self) -> torch.device:
+        return self.chunk.net.device
+
+    def predict(self, global_cond: torch.Tensor | None = None, *, image: torch.Tensor | None = None,
+                agent_pos: torch.Tensor | None = None, seed: int | None = None) -> dict[str, torch.Tensor]:
+        """{"action_pred": (B, T, D) the whole denoised chunk, "action": the executed steps}, on the host."""
+        dev, cfg = self.device, self.chunk.net.config
+        if self.chunk.encoder is not None:
+            if image is None or agent_pos is None:
+                raise ValueError("this policy encodes observations: call it with image= and agent_pos=")
+            image, agent_pos = (t.to(dev, torch.float32) for t in (image, agent_pos))
+            if self.normalizer is not None:
+                image, agent_pos = self.normalizer.normalize_obs(image, agent_pos)
+            batch = image.shape[0]
+        else:
+            if not isinstance(global_cond, torch.Tensor):
+                raise TypeError("this policy takes global_cond, a (B, global_cond_dim) tensor")
+            global_cond = global_cond.to(dev, torch.float32).contiguous()
+            batch = global_cond.shape[0]
+        shape = (batch, self.horizon, cfg.input_dim)
+        chunk = self.chunk
+        if seed is not None:
+            chunk = dataclasses.replace(chunk, noise=NoiseSpec(int(seed), "cpu"))
+            noise = predraw(chunk.noise, chunk.schedule, shape, dev)
+        else:
+            if self._gen is None:
+                self._gen = torch.Generator(device=dev).manual_seed(torch.seed() & 0x7FFFFFFF)
+            noise = torch.randn((chunk.steps + 1, *shape), generator=self._gen, device=dev)
+        with torch.no_grad():
+            actions = self.fn(global_cond, image, agent_pos, noise, chunk)
+            if self.normalizer is not None:
+                actions = self.normalizer.unnormalize_action(actions)
+        host = actions.cpu()
+        return {"action_pred": host, "action": host[:, self.action_slice]}
+
+    def __call__(self, global_cond: torch.Tensor | None = None, **kw: Any) -> torch.Tensor:
+        """The executed action steps (B, n, D) on the host (predict(...)["action"])."""
+        return self.predict(global_cond, **kw)["action"]
+
+
+def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | None, verify: bool
+           ) -> tuple[str, Callable, list[str]]:
+    """The variant to run: `variant`, or the first of PREFERENCE that is available, prepares and (with `verify`)
+    passes parity here; returns its name, function and why the others were passed over."""
+    names = [variant] if variant else list(PREFERENCE)
+    notes = []
+    for name in names:
+        v = reg.variant("policy", name)
+        reason = unavailable_reason(v, device, case.dtype)
+        if reason is None:
+            try:
+                v.fn(*make_inputs(case, device))  # prepares (captures, compiles, packs) once, for these weights
+            except dpk.Unavailable as e:
+                reason = str(e)
+        if reason is None and verify:
+            res = parity_check(reg, "policy", name, case, device)
+            if res.status != "pass":
+                reason = f"parity {res.status}: {res.summary()}"
+        if reason is None:
+            return name, v.fn, notes
+        notes.append(f"{name}: {reason}")
+    raise RuntimeError("no policy variant runs here: " + "; ".join(notes))
+
+
+def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None, weights_seed: int,
+         scheduler: str | dict[str, Any] | None, batch: int, horizon: int | None, device: torch.device,
+         variant: str | None, verify: bool) -> Policy:
+    """A Policy of a checkpoint (or of seeded random weights of `config`): see dpk.load_policy."""
+    from ._settings import checkpoint_settings, executed_steps, sampling_settings
+
+    if (checkpoint is None) == (config is None):
+        raise ValueError("load_policy: give a checkpoint, or a U-Net config (dict of UNetConfig fields), not both")
+    stored = checkpoint_settings(checkpoint) if checkpoint is not None else {}
+    params: dict[str, Any] = {"checkpoint": str(checkpoint)} if checkpoint is not None else dict(config)
+    params |= sampling_settings(stored, scheduler) | {"weights_seed": int(weights_seed), "B": int(batch)}
+    params["T"] = int(horizon or stored.get("horizon") or 16)
+    case = dpk.make_case("policy", "load_policy", **params)
+    name, fn, notes = choose(reg, case, device, variant, verify)
+    chunk = make_inputs(case, device)[-1]
+    return Policy(name, chunk, fn, params["T"], notes, action_slice=executed_steps(stored, params["T"]))
