@@ -1,0 +1,295 @@
+"""policy observation side: the image encoder.
+
+  - the encoder against an oracle written here from upstream's description (functional ResNet-18 with
+    GroupNorm(C // 16), explicit per-sample, per-frame loops): Push-T and odd configs, imagenet_norm;
+  - deliberately wrong encoders (BatchNorm kept, 32 groups, no crop, crop off by one, state first, frames
+    interleaved) all fail that comparison;
+  - center crop as torchvision's (round half to even) and nothing outside the crop reaching the output;
+    feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
+  - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpk import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+registry.load([ROOT / "kernels"], strict=True)
+E = importlib.import_module("dpk.families.policy._encoder")
+
+PUSHT = E.EncoderConfig()
+ODD = E.EncoderConfig(image_shape=(3, 97, 90), crop_shape=(84, 83), n_obs_steps=3, low_dim=5, imagenet_norm=True)
+CROP_TOP_LEFT = {PUSHT: (6, 6), ODD: (6, 4)}  # round(13 / 2) = 6 and round(7 / 2) = 4: halves to even
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def inputs(cfg: E.EncoderConfig, b: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(b, cfg.n_obs_steps, *cfg.image_shape, generator=g) * 2 - 1,
+            torch.randn(b, cfg.n_obs_steps, cfg.low_dim, generator=g))
+
+
+def oracle_resnet(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """torchvision resnet18 with every BatchNorm2d as GroupNorm(C // 16, C), fc dropped, from its weights."""
+    def gn(x: torch.Tensor, p: str) -> torch.Tensor:
+        return F.group_norm(x, x.shape[1] // 16, w[p + ".weight"], w[p + ".bias"])
+    x = F.max_pool2d(F.relu(gn(F.conv2d(x, w["conv1.weight"], stride=2, padding=3), "bn1")), 3, 2, 1)
+    for stage in range(1, 5):
+        for block in range(2):
+            p, stride = f"layer{stage}.{block}.", 2 if stage > 1 and block == 0 else 1
+            out = F.relu(gn(F.conv2d(x, w[p + "conv1.weight"], stride=stride, padding=1), p + "bn1"))
+            out = gn(F.conv2d(out, w[p + "conv2.weight"], padding=1), p + "bn2")
+            if p + "downsample.0.weight" in w:
+                x = gn(F.conv2d(x, w[p + "downsample.0.weight"], stride=stride), p + "downsample.1")
+            x = F.relu(out + x)
+    return x.mean(dim=(2, 3))
+
+
+def oracle(w: dict[str, torch.Tensor], cfg: E.EncoderConfig, image: torch.Tensor, agent_pos: torch.Tensor):
+    """DiffusionUnetImagePolicy.predict_action's global_cond, one sample and one frame at a time."""
+    (top, left), (h, wd) = CROP_TOP_LEFT[cfg], cfg.crop_shape
+    mean, std = torch.tensor([0.485, 0.456, 0.406])[:, None, None], torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    rows = []
+    for b in range(image.shape[0]):
+        frames = []
+        for t in range(cfg.n_obs_steps):
+            img = image[b, t, :, top:top + h, left:left + wd]
+            img = (img - mean) / std if cfg.imagenet_norm else img
+            frames += [oracle_resnet(w, img[None])[0], agent_pos[b, t]]  # rgb keys first, then low-dim
+        rows.append(torch.cat(frames))
+    return torch.stack(rows)
+
+
+def backbone_weights(enc: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("backbone."): v for k, v in enc.state_dict().items()}
+
+
+def randomized(enc: E.ObsEncoder, seed: int = 1) -> E.ObsEncoder:
+    """Norm affines random too, so a wrong grouping or a swapped tensor shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in enc.modules():
+            if isinstance(m, torch.nn.GroupNorm):
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+    return enc
+
+
+@pytest.mark.parametrize("cfg", [PUSHT, ODD], ids=["pusht", "odd"])
+def test_encoder_matches_oracle(cfg):
+    enc = randomized(E.ObsEncoder(cfg, seed=2))
+    image, agent_pos = inputs(cfg)
+    with torch.no_grad():
+        out = enc(image, agent_pos)
+        assert out.shape == (2, cfg.cond_dim) and enc.cond_dim == cfg.cond_dim
+        torch.testing.assert_close(out, oracle(backbone_weights(enc), cfg, image, agent_pos), rtol=1e-5, atol=1e-5)
+
+
+def test_pusht_dims_and_module():
+    enc = E.ObsEncoder()
+    assert (PUSHT.frame_dim, PUSHT.cond_dim) == (514, 1028)
+    assert sum(p.numel() for p in enc.parameters()) == 11_176_512  # resnet18's 11,689,512 less fc's 513,000
+    norms = [m for m in enc.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert len(norms) == 20 and all(m.num_groups == m.num_channels // 16 for m in norms)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in enc.modules())
+    assert len(enc.state_dict()) == 60 and not any("running" in k or "fc" in k for k in enc.state_dict())
+
+
+class StateFirst(E.ObsEncoder):
+    """LeRobot's order: the low-dim state before the image features."""
+
+    def forward(self, image, agent_pos):
+        b, n = image.shape[:2]
+        feats = self.backbone(self.transform(image.reshape(b * n, *image.shape[2:])))
+        return torch.cat([agent_pos.reshape(b * n, -1), feats], dim=-1).reshape(b, -1)
+
+
+class TimeMajor(E.ObsEncoder):
+    """Images flattened frame-major, (n, B) instead of upstream's (B, n)."""
+
+    def forward(self, image, agent_pos):
+        b, n = image.shape[:2]
+        feats = self.backbone(self.transform(image.transpose(0, 1).reshape(b * n, *image.shape[2:])))
+        return torch.cat([feats, agent_pos.reshape(b * n, -1)], dim=-1).reshape(b, -1)
+
+
+def wrong_encoder(kind: str) -> E.ObsEncoder:
+    cls = {"state_first": StateFirst, "time_major": TimeMajor}.get(kind, E.ObsEncoder)
+    enc = randomized(cls(E.EncoderConfig(crop_shape=None) if kind == "no_crop" else PUSHT, seed=2))
+    if kind == "crop_off_by_one":
+        enc._crop = (7, 7, 84, 84)
+    for name, m in list(enc.backbone.named_modules()):
+        if kind in ("batchnorm_kept", "groups_32") and isinstance(m, torch.nn.GroupNorm):
+            c = m.num_channels
+            new = torch.nn.BatchNorm2d(c) if kind == "batchnorm_kept" else torch.nn.GroupNorm(32, c)
+            new.load_state_dict({"weight": m.weight, "bias": m.bias}, strict=False)
+            parent, _, leaf = name.rpartition(".")
+            setattr(enc.backbone.get_submodule(parent), leaf, new)
+    return enc.eval()
+
+
+@pytest.mark.parametrize("kind", ["batchnorm_kept", "groups_32", "no_crop", "crop_off_by_one", "state_first",
+                                  "time_major"])
+def test_wrong_encoders_are_caught(kind):
+    enc = wrong_encoder(kind)
+    image, agent_pos = inputs(PUSHT)
+    with torch.no_grad():
+        got, want = enc(image, agent_pos), oracle(backbone_weights(enc), PUSHT, image, agent_pos)
+    assert got.shape == want.shape and not torch.allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(("hw", "crop", "box"), [
+    ((96, 96), (84, 84), (6, 6, 84, 84)), ((97, 96), (84, 84), (6, 6, 84, 84)), ((99, 98), (84, 85), (8, 6, 84, 85)),
+    ((96, 96), (76, 76), (10, 10, 76, 76)), ((96, 96), None, (0, 0, 96, 96))])
+def test_center_crop_box(hw, crop, box):
+    assert E.center_crop_box(*hw, crop) == box  # torchvision: int(round((H - h) / 2.0))
+
+
+def test_only_the_center_crop_reaches_the_output():
+    enc = E.ObsEncoder()
+    image, agent_pos = inputs(PUSHT, b=1)
+    outside, inside = image.clone(), image.clone()
+    outside[..., :6, :] = 5.0
+    outside[..., :, 90:] = -5.0
+    inside[..., 6, 6] += 1.0
+    with torch.no_grad():
+        base = enc(image, agent_pos)
+        assert torch.equal(enc(outside, agent_pos), base)
+        assert not torch.equal(enc(inside, agent_pos), base)
+        assert torch.equal(enc.transform(image[0]), image[0, :, :, 6:90, 6:90])
+
+
+def test_feature_layout_frame_by_frame():
+    enc = randomized(E.ObsEncoder(seed=4))
+    image, agent_pos = inputs(PUSHT)
+    with torch.no_grad():
+        out = enc(image, agent_pos).reshape(2, 2, 514)
+        for t in range(2):
+            assert torch.equal(out[:, t, 512:], agent_pos[:, t])
+            torch.testing.assert_close(out[:, t, :512], enc.backbone(enc.transform(image[:, t])), rtol=1e-5, atol=1e-6)
+        swapped = enc(image.flip(1), agent_pos.flip(1)).reshape(2, 2, 514)
+    torch.testing.assert_close(swapped, out.flip(1), rtol=1e-5, atol=1e-6)
+
+
+def test_seeded_init_is_torchvisions():
+    """Values torchvision 0.28's resnet18(weights=None) has after torch.manual_seed(0) (GroupNorm swapped in)."""
+    state = torch.random.get_rng_state()
+    sd = backbone_weights(E.ObsEncoder(seed=0))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is left alone
+    pinned = {"conv1.weight": (-5.018750041808971, [0.024109674617648125, 0.007528774905949831]),
+              "layer2.0.downsample.0.weight": (12.327413307634743, [-0.10871897637844086, 0.07623140513896942]),
+              "layer4.1.conv2.weight": (13.657922713767139, [0.02886549010872841, 0.011732267215847969])}
+    for key, (total, first) in pinned.items():
+        assert sd[key].double().sum().item() == pytest.approx(total, rel=1e-9)
+        assert sd[key].flatten()[:2].tolist() == first
+    x = torch.linspace(0, 1, 2 * 3 * 96 * 96).reshape(2, 3, 96, 96)
+    with torch.no_grad():
+        y = E.ObsEncoder(seed=0).backbone(x[:, :, 6:90, 6:90])
+    assert y.double().sum().item() == pytest.approx(850.8807198305731, rel=1e-5)
+    assert not torch.equal(backbone_weights(E.ObsEncoder(seed=1))["conv1.weight"], sd["conv1.weight"])
+
+
+def test_same_as_torchvision_when_installed():
+    try:
+        import torchvision
+    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision built for another torch
+        pytest.skip(f"torchvision does not import: {e}")
+    torch.manual_seed(3)
+    ref = torchvision.models.resnet18(weights=None)
+    ref.fc = torch.nn.Identity()
+    for name, m in [(n, m) for n, m in ref.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]:
+        parent, _, leaf = name.rpartition(".")
+        setattr(ref.get_submodule(parent) if parent else ref, leaf, torch.nn.GroupNorm(m.num_features // 16,
+                                                                                         m.num_features))
+    ours = E.ObsEncoder(seed=3)
+    want, got = ref.state_dict(), backbone_weights(ours)
+    assert list(want) == list(got) and all(torch.equal(want[k], got[k]) for k in want)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.backbone(x := torch.rand(2, 3, 84, 84)), ref.eval()(x), rtol=0, atol=0)
+    tf = torchvision.transforms.functional
+    for shape, crop in (((3, 97, 95), (84, 84)), ((3, 99, 98), (84, 85))):
+        enc = E.ObsEncoder(E.EncoderConfig(image_shape=shape, crop_shape=crop, imagenet_norm=True))
+        image = torch.rand(2, *shape)
+        want = tf.normalize(tf.center_crop(image, list(crop)), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+        torch.testing.assert_close(enc.transform(image), want, rtol=0, atol=0)
+
+
+GOOD_IMAGE, GOOD_POS = torch.zeros(2, 2, 3, 96, 96), torch.zeros(2, 2, 2)
+
+
+@pytest.mark.parametrize(("image", "agent_pos", "msg"), [
+    (torch.zeros(2, 3, 96, 96), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 3, 96, 96\)"),
+    (torch.zeros(2, 3, 3, 96, 96), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 3, 3, 96, 96\)"),
+    (torch.zeros(2, 2, 3, 84, 84), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 2, 3, 84, 84\)"),
+    (torch.zeros(2, 2, 96, 96, 3), GOOD_POS, r"got \(2, 2, 96, 96, 3\)"),
+    (torch.zeros(0, 2, 3, 96, 96), GOOD_POS, r"got \(0, 2, 3, 96, 96\)"),
+    (GOOD_IMAGE, torch.zeros(2, 2, 3), r"agent_pos must have shape \(B, 2, 2\), got \(2, 2, 3\)"),
+    (GOOD_IMAGE, torch.zeros(2, 4), r"agent_pos must have shape \(B, 2, 2\), got \(2, 4\)"),
+    (GOOD_IMAGE, torch.zeros(3, 2, 2), r"agent_pos has batch 3 but image has 2"),
+    (GOOD_IMAGE.double(), GOOD_POS, r"image must be torch.float32 like the encoder's weights, got torch.float64"),
+    (GOOD_IMAGE, GOOD_POS.half(), r"agent_pos must be torch.float32 .* got torch.float16"),
+    (GOOD_IMAGE.to("meta"), GOOD_POS, r"image is on meta but the encoder is on cpu"),
+    (GOOD_IMAGE.numpy(), GOOD_POS, r"image must be a torch.Tensor, got ndarray"),
+])
+def test_bad_inputs_name_the_problem(image, agent_pos, msg):
+    with pytest.raises(ValueError, match=msg):
+        E.ObsEncoder()(image, agent_pos)
+
+
+@pytest.mark.parametrize(("kwargs", "msg"), [
+    ({"crop_shape": (97, 84)}, r"crop_shape \(97, 84\) does not fit in the image's \(H, W\) = \(96, 96\)"),
+    ({"image_shape": (4, 96, 96)}, r"image_shape must be \(3, H, W\)"),
+    ({"feature_dim": 2048}, "only ResNet-18's 512"),
+    ({"n_obs_steps": 0}, "n_obs_steps must be >= 1"),
+])
+def test_bad_configs(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        E.EncoderConfig(**kwargs)
+
+
+def test_forward_is_one_graph():
+    """No graph break (no host sync, no data-dependent branch): torch.compile(fullgraph=True) traces it whole."""
+    torch._dynamo.reset()
+    enc = E.ObsEncoder(ODD)
+    image, agent_pos = inputs(ODD, b=1)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(enc, backend="eager", fullgraph=True)(image, agent_pos),
+                                   enc(image, agent_pos), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_capture_and_compile():
+    enc = E.ObsEncoder().cuda()
+    image, agent_pos = (t.cuda() for t in inputs(PUSHT, b=8))
+    with torch.no_grad():
+        want = enc(image, agent_pos)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            enc(image, agent_pos)  # warm-up off the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = enc(image, agent_pos)
+        new_image, new_pos = (t.cuda() for t in inputs(PUSHT, b=8, seed=1))
+        image.copy_(new_image)
+        agent_pos.copy_(new_pos)
+        graph.replay()
+        torch.testing.assert_close(out, enc(new_image, new_pos), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(out, want)
+        compiled = torch.compile(enc, fullgraph=True, mode="reduce-overhead")
+        torch.testing.assert_close(compiled(new_image, new_pos), enc(new_image, new_pos), rtol=1e-3, atol=1e-3)
