@@ -1,4 +1,4 @@
-"""policy observation side: the image encoder.
+"""policy observation side: the image encoder and the normaliser.
 
   - the encoder against an oracle written here from upstream's description (functional ResNet-18 with
     GroupNorm(C // 16), explicit per-sample, per-frame loops): Push-T and odd configs, imagenet_norm;
@@ -7,6 +7,7 @@
   - center crop as torchvision's (round half to even) and nothing outside the crop reaching the output;
     feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
   - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
+  - normalisers: upstream's affine and LeRobot's mean_std / min_max arithmetic, round trips, bad keys;
 """
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from dpk import registry
 ROOT = Path(__file__).resolve().parent.parent
 registry.load([ROOT / "kernels"], strict=True)
 E = importlib.import_module("dpk.families.policy._encoder")
+N = importlib.import_module("dpk.families.policy._normalizer")
+OF = importlib.import_module("dpk.families.policy._observation_formats")
+CheckpointError = importlib.import_module("dpk.families.unet1d._checkpoint").CheckpointError
 
 PUSHT = E.EncoderConfig()
 ODD = E.EncoderConfig(image_shape=(3, 97, 90), crop_shape=(84, 83), n_obs_steps=3, low_dim=5, imagenet_norm=True)
@@ -293,3 +297,85 @@ def test_cuda_graph_capture_and_compile():
         assert not torch.allclose(out, want)
         compiled = torch.compile(enc, fullgraph=True, mode="reduce-overhead")
         torch.testing.assert_close(compiled(new_image, new_pos), enc(new_image, new_pos), rtol=1e-3, atol=1e-3)
+
+
+DP_FIELDS = {"image": (torch.tensor([2.0]), torch.tensor([-1.0])),  # get_image_range_normalizer: [0, 1] -> [-1, 1]
+             "agent_pos": (torch.tensor([0.0039, 0.0041]), torch.tensor([-1.05, -0.98])),
+             "action": (torch.tensor([0.0038, 0.0042]), torch.tensor([-1.02, -0.99]))}
+LR_STATS = {"image": (torch.tensor([0.4, 0.5, 0.6]).view(3, 1, 1), torch.tensor([0.2, 0.25, 0.3]).view(3, 1, 1)),
+            "state": (torch.tensor([13.0, 32.0]), torch.tensor([496.0, 510.0])),
+            "action": (torch.tensor([12.0, 25.0]), torch.tensor([511.0, 505.0]))}
+LR_MODES = {"observation.image": "mean_std", "observation.state": "min_max", "action": "min_max"}
+
+
+def lerobot_buffers(**edits) -> dict[str, torch.Tensor]:
+    return OF.lerobot_buffers("observation.image", LR_STATS["image"], LR_STATS["state"], LR_STATS["action"]) | edits
+
+
+def test_diffusion_policy_normalizer_is_upstreams_linear_normalizer():
+    sd = OF.dp_normalizer_tensors(DP_FIELDS)
+    norm = N.Normalizer.from_diffusion_policy(sd)
+    assert norm.modes == {"image": "affine", "agent_pos": "affine", "action": "affine"}
+    image, pos = torch.rand(2, 2, 3, 96, 96), torch.rand(2, 2, 2) * 512
+    nimage, npos = norm.normalize_obs(image, pos)
+    assert torch.equal(nimage, image * 2 - 1)
+    scale, offset = DP_FIELDS["agent_pos"]
+    assert torch.equal(npos, (pos.reshape(-1, 2) * scale + offset).reshape(pos.shape))  # upstream's _normalize
+    scale, offset = DP_FIELDS["action"]
+    lo, hi = sd["normalizer.params_dict.action.input_stats.min"], sd["normalizer.params_dict.action.input_stats.max"]
+    torch.testing.assert_close(norm.normalize_action(torch.stack([lo, hi])), torch.tensor([[-1.0] * 2, [1.0] * 2]))
+    naction = torch.rand(3, 16, 2) * 2 - 1
+    action = norm.unnormalize_action(naction)
+    assert torch.equal(action, ((naction.reshape(-1, 2) - offset) / scale).reshape(naction.shape))
+    torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
+
+
+def test_lerobot_normalizer_is_lerobots():
+    norm = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
+    assert norm.keys == ("observation.image", "observation.state", "action") and norm.source == "lerobot"
+    (mean, std), (smin, smax), (amin, amax) = LR_STATS.values()
+    image, state = torch.rand(2, 2, 3, 96, 96), torch.rand(2, 2, 2) * 512
+    nimage, nstate = norm.normalize_obs(image, state)
+    assert torch.equal(nimage, (image - mean) / (std + 1e-8))
+    assert torch.equal(nstate, (state - smin) / (smax - smin + 1e-8) * 2 - 1)
+    naction = torch.rand(3, 16, 2) * 2 - 1
+    action = norm.unnormalize_action(naction)
+    assert torch.equal(action, (naction + 1) / 2 * (amax - amin) + amin)
+    torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(norm.field("observation.image").unnormalize(nimage), image, rtol=1e-5, atol=1e-6)
+    with pytest.raises(KeyError, match="no normalizer field 'image'"):
+        norm.field("image")
+
+
+def test_identity_normalizer():
+    norm = N.Normalizer.identity()
+    image, pos = inputs(PUSHT)
+    assert all(a is b for a, b in zip(norm.normalize_obs(image, pos), (image, pos)))
+    assert norm.unnormalize_action(pos) is pos and set(norm.modes.values()) == {"identity"}
+
+
+def _dp_error(edit) -> str:
+    sd = OF.dp_normalizer_tensors(DP_FIELDS)
+    edit(sd)
+    with pytest.raises(CheckpointError) as err:
+        N.Normalizer.from_diffusion_policy(sd)
+    return str(err.value)
+
+
+def test_normalizer_bad_keys_are_listed():
+    p = "normalizer.params_dict."
+    assert f"missing (1): {p}agent_pos.offset" in _dp_error(lambda sd: sd.pop(f"{p}agent_pos.offset"))
+    assert f"missing (1): {p}image.input_stats.std" in _dp_error(lambda sd: sd.pop(f"{p}image.input_stats.std"))
+    msg = _dp_error(lambda sd: sd.update({f"{p}action.offset": torch.zeros(3), f"{p}action.extra": torch.zeros(1)}))
+    assert f"misshaped (1): {p}action.offset (expected (2,), found (3,))" in msg
+    assert f"unexpected (1): {p}action.extra" in msg
+    msg = _dp_error(lambda sd: [sd.pop(k) for k in list(sd) if ".agent_pos." in k])
+    assert f"missing (6): {p}agent_pos.scale, {p}agent_pos.offset" in msg
+    with pytest.raises(CheckpointError, match=r"missing \(1\): normalize_inputs.buffer_observation_image.std"):
+        N.Normalizer.from_lerobot({k: v for k, v in lerobot_buffers().items() if not k.endswith("image.std")},
+                                  LR_MODES)
+    with pytest.raises(CheckpointError, match="misshaped"):
+        N.Normalizer.from_lerobot(lerobot_buffers(**{"unnormalize_outputs.buffer_action.max": torch.ones(3)}),
+                                  LR_MODES)
+    with pytest.raises(CheckpointError, match="mode 'quantiles' of 'action' is not supported"):
+        N.Normalizer.from_lerobot(lerobot_buffers(), {**LR_MODES, "action": "quantiles"})
