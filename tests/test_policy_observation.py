@@ -1,4 +1,4 @@
-"""policy observation side: the image encoder and the normaliser.
+"""policy observation side: the image encoder, the normaliser and their loading from every checkpoint layout.
 
   - the encoder against an oracle written here from upstream's description (functional ResNet-18 with
     GroupNorm(C // 16), explicit per-sample, per-frame loops): Push-T and odd configs, imagenet_norm;
@@ -8,6 +8,9 @@
     feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
   - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
   - normalisers: upstream's affine and LeRobot's mean_std / min_max arithmetic, round trips, bad keys;
+  - loading: diffusion_policy .ckpt (EMA preferred, shared rgb model, cfg settings or none), a policy state dict
+    in .pt / .safetensors, LeRobot folders of both config eras; None with a reason for what is not
+    implemented; missing / unexpected / misshaped keys listed.
 """
 from __future__ import annotations
 
@@ -24,12 +27,17 @@ ROOT = Path(__file__).resolve().parent.parent
 registry.load([ROOT / "kernels"], strict=True)
 E = importlib.import_module("dpk.families.policy._encoder")
 N = importlib.import_module("dpk.families.policy._normalizer")
+L = importlib.import_module("dpk.families.policy._observation")
 OF = importlib.import_module("dpk.families.policy._observation_formats")
+U = importlib.import_module("dpk.families.unet1d._unet")
+UF = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
 CheckpointError = importlib.import_module("dpk.families.unet1d._checkpoint").CheckpointError
 
 PUSHT = E.EncoderConfig()
 ODD = E.EncoderConfig(image_shape=(3, 97, 90), crop_shape=(84, 83), n_obs_steps=3, low_dim=5, imagenet_norm=True)
 CROP_TOP_LEFT = {PUSHT: (6, 6), ODD: (6, 4)}  # round(13 / 2) = 6 and round(7 / 2) = 4: halves to even
+UNET = U.UNetConfig(input_dim=2, global_cond_dim=1028, diffusion_step_embed_dim=16, down_dims=(16, 32),
+                    kernel_size=3, n_groups=8, cond_predict_scale=True)
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -379,3 +387,176 @@ def test_normalizer_bad_keys_are_listed():
                                   LR_MODES)
     with pytest.raises(CheckpointError, match="mode 'quantiles' of 'action' is not supported"):
         N.Normalizer.from_lerobot(lerobot_buffers(), {**LR_MODES, "action": "quantiles"})
+
+
+UNET_MODEL = U.ConditionalUnet1D(UNET)
+NEW_ERA = {"normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
+           "input_features": {"observation.image": {"type": "VISUAL", "shape": [3, 96, 96]},
+                              "observation.state": {"type": "STATE", "shape": [2]}}}
+OLD_ERA = {"input_shapes": {"observation.image": [3, 96, 96], "observation.state": [2]},
+           "input_normalization_modes": {"observation.image": "mean_std", "observation.state": "min_max"},
+           "output_normalization_modes": {"action": "min_max"}}
+
+
+def policy_parts(enc: E.ObsEncoder, shared: bool = False) -> dict[str, torch.Tensor]:
+    return OF.dp_encoder_tensors(enc, shared) | OF.dp_normalizer_tensors(DP_FIELDS)
+
+
+def write_dp(tmp: Path, cfg: dict | None, shared: bool = False, edit=None) -> tuple[Path, E.ObsEncoder, E.ObsEncoder]:
+    """A diffusion_policy .ckpt with a model and an EMA encoder that differ; `edit` changes both state dicts."""
+    model, ema = E.ObsEncoder(seed=5), randomized(E.ObsEncoder(seed=6))
+    parts = [policy_parts(model, shared), policy_parts(ema, shared)]
+    for sd in parts:
+        (edit or (lambda sd: None))(sd)
+    path = UF.save_diffusion_policy_ckpt(UNET_MODEL, tmp / "latest.ckpt", ema_model=UNET_MODEL, cfg=cfg,
+                                         others=parts[0], ema_others=parts[1])
+    return path, model, ema
+
+
+def same_outputs(loaded: E.ObsEncoder, saved: E.ObsEncoder, sd_weights: dict[str, torch.Tensor]) -> None:
+    image, agent_pos = inputs(loaded.config, b=1)
+    with torch.no_grad():
+        out = loaded(image, agent_pos)
+        assert torch.equal(out, saved(image, agent_pos))
+        torch.testing.assert_close(out, oracle(sd_weights, loaded.config, image, agent_pos), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["cfg", "no_cfg", "shared_rgb_model"])
+def test_diffusion_policy_ckpt_round_trip(kind, tmp_path):
+    cfg = None if kind == "no_cfg" else OF.dp_cfg(UNET, PUSHT, shared=kind == "shared_rgb_model")
+    path, model, ema = write_dp(tmp_path, cfg, shared=kind == "shared_rgb_model")
+    side = L.load_observation_side(path)
+    assert (side.source, side.weights, side.encoder_reason, side.normalizer_reason) == (
+        "diffusion_policy", "ema_model", "", "")
+    assert side.encoder.config == PUSHT
+    prefix = "obs_encoder.key_model_map." + ("rgb." if kind == "shared_rgb_model" else "image.")
+    ckpt = policy_parts(ema, kind == "shared_rgb_model")
+    same_outputs(side.encoder, ema, {k[len(prefix):]: v for k, v in ckpt.items() if k.startswith(prefix)})
+    for key, (scale, offset) in DP_FIELDS.items():
+        assert torch.equal(side.normalizer.field(key).a, scale) and torch.equal(side.normalizer.field(key).b, offset)
+    if kind == "no_cfg":
+        assert any("n_obs_steps 2 from the U-Net's global_cond_dim 1028" in n for n in side.notes)
+        assert any("Push-T image defaults assumed: image_shape (3, 96, 96), crop_shape (84, 84), imagenet_norm False"
+                   in n for n in side.notes)
+    trained = L.load_observation_side(path, prefer_ema=False)
+    assert trained.weights == "model"
+    same_outputs(trained.encoder, model, backbone_weights(model))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_policy_state_dict_files(suffix, tmp_path):
+    enc = randomized(E.ObsEncoder(seed=7))
+    sd = {"model." + k: v for k, v in UNET_MODEL.state_dict().items()} | policy_parts(enc)
+    side = L.load_observation_side(UF.save_state_dict(sd, tmp_path / f"policy{suffix}"))
+    assert (side.source, side.weights) == ("state_dict", f"policy{suffix}")
+    same_outputs(side.encoder, enc, backbone_weights(enc))
+
+
+def test_cfg_settings_are_read(tmp_path):
+    side = L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT, crop_shape=[76, 76],
+                                                                 imagenet_norm=True))[0])
+    assert (side.encoder.config.crop_shape, side.encoder.config.imagenet_norm) == ((76, 76), True)
+    # upstream: random_crop False assigns a CenterCrop that is then overwritten, so no crop at all
+    side = L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT, random_crop=False))[0])
+    assert side.encoder.config.crop_shape is None
+    cfg = OF.dp_cfg(UNET, PUSHT)
+    cfg["n_obs_steps"] = 3
+    with pytest.raises(CheckpointError, match=r"3 x \(512 \+ 2\) = 1542 features but the U-Net's global_cond_dim "
+                                              r"is 1028"):
+        L.load_observation_side(write_dp(tmp_path, cfg)[0])
+
+
+def _cfg(**policy) -> dict:
+    cfg = OF.dp_cfg(UNET, PUSHT)
+    for dotted, value in policy.items():
+        node = cfg["policy"]
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return cfg
+
+
+@pytest.mark.parametrize(("cfg", "edit", "reason"), [
+    (None, lambda sd: sd.update({"obs_encoder.obs_nets.image.nets.0.nets.0.weight": torch.zeros(1)}), "robomimic"),
+    (None, lambda sd: sd.update({"obs_encoder.key_model_map.image.bn1.running_mean": torch.zeros(64)}),
+     "keeps BatchNorm"),
+    (_cfg(obs_encoder__use_group_norm=False), None, "keeps BatchNorm"),
+    (_cfg(obs_encoder__resize_shape=[90, 90]), None, "resize_shape [90, 90]"),
+    (_cfg(obs_encoder__rgb_model__name="resnet34"), None, "rgb_model resnet34"),
+    (_cfg(obs_as_global_cond=False), None, "obs_as_global_cond False"),
+    (_cfg(shape_meta={"obs": {"a": {"shape": [3, 96, 96], "type": "rgb"}, "b": {"shape": [3, 96, 96], "type": "rgb"},
+                              "agent_pos": {"shape": [2]}}}), None, "rgb keys ['a', 'b']"),
+])
+def test_unsupported_encoders_give_none_and_why(cfg, edit, reason, tmp_path):
+    side = L.load_observation_side(write_dp(tmp_path, cfg, edit=edit)[0])
+    assert side.encoder is None and reason in side.encoder_reason
+    assert side.normalizer is not None and side.normalizer.keys == ("image", "agent_pos", "action")
+
+
+def test_bare_unet_has_neither(tmp_path):
+    side = L.load_observation_side(UF.save_state_dict(UNET_MODEL, tmp_path / "unet.safetensors"))
+    assert side.encoder is None and "no obs_encoder.* keys" in side.encoder_reason
+    assert side.normalizer is None and "no normalizer.params_dict.* keys" in side.normalizer_reason
+
+
+@pytest.mark.parametrize("era", ["new", "old", "unnamed"])
+def test_lerobot_folder_gives_the_normalizer(era, tmp_path):
+    extra = {"new": NEW_ERA, "old": OLD_ERA, "unnamed": {}}[era]
+    folder = UF.save_lerobot_folder(UNET_MODEL, tmp_path / "pretrained_model", UNET, config_extra=extra,
+                                    others=lerobot_buffers())
+    side = L.load_observation_side(folder)
+    assert side.encoder is None and "SpatialSoftmax" in side.encoder_reason and side.source == "lerobot"
+    assert side.normalizer.modes == LR_MODES
+    want = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
+    image, state = torch.rand(1, 2, 3, 96, 96), torch.rand(1, 2, 2) * 500
+    assert all(torch.equal(a, b) for a, b in zip(side.normalizer.normalize_obs(image, state),
+                                                  want.normalize_obs(image, state)))
+    assert ("read from the buffers present" in " ".join(side.notes)) == (era == "unnamed")
+
+
+def test_lerobot_folders_without_a_usable_normalizer(tmp_path):
+    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "a", UNET))
+    assert side.normalizer is None and "policy_preprocessor" in side.normalizer_reason
+    two = {"input_features": {**NEW_ERA["input_features"], "observation.images.top": {"type": "VISUAL"}},
+           "normalization_mapping": NEW_ERA["normalization_mapping"]}
+    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "b", UNET, config_extra=two,
+                                                          others=lerobot_buffers()))
+    assert side.normalizer is None and "one camera" in side.normalizer_reason
+    with pytest.raises(CheckpointError, match=r"missing \(1\): unnormalize_outputs.buffer_action.max"):
+        L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "c", UNET, config_extra=NEW_ERA, others={
+            k: v for k, v in lerobot_buffers().items() if k != "unnormalize_outputs.buffer_action.max"}))
+
+
+def test_bad_encoder_keys_are_listed(tmp_path):
+    p = "obs_encoder.key_model_map.image."
+
+    def edit(sd):
+        sd.pop(p + "layer3.1.bn2.bias")
+        sd[p + "fc.weight"] = torch.zeros(1000, 512)
+        sd[p + "conv1.weight"] = torch.zeros(64, 3, 5, 5)
+    with pytest.raises(CheckpointError) as err:
+        L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT), edit=edit)[0])
+    msg = str(err.value)
+    assert str(tmp_path / "latest.ckpt") in msg
+    assert f"missing (1): {p}layer3.1.bn2.bias" in msg and f"unexpected (1): {p}fc.weight" in msg
+    assert f"misshaped (1): {p}conv1.weight (expected (64, 3, 7, 7), found (64, 3, 5, 5))" in msg
+
+
+def test_dill_omegaconf_checkpoint_with_placeholder_encoder(tmp_path):
+    """unet1d's fixture (written by diffusion_policy's pickling: dill, OmegaConf cfg) holds a placeholder encoder
+    tensor: read without dill or omegaconf, its keys are reported against the real layout."""
+    fixture = ROOT / "tests" / "data" / "unet1d_dp_dill_omegaconf.ckpt"
+    with pytest.raises(CheckpointError, match=r"unexpected \(1\): obs_encoder.nets.rgb.backbone.conv1.weight"):
+        L.load_observation_side(fixture)
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file or folder"):
+        L.load_observation_side(tmp_path / "absent.ckpt")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"unknown extension '\.bin'"):
+        L.load_observation_side(tmp_path / "weights.bin")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CheckpointError, match=r"not a LeRobot pretrained-policy folder: no config\.json and no"):
+        L.load_observation_side(tmp_path / "folder")
