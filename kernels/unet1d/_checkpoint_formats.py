@@ -94,9 +94,12 @@ def diffusion_policy_cfg(config: Any, omegaconf: bool = False) -> Any:
     return cfg
 
 
-def _policy_state_dict(model: torch.nn.Module, extra_prefixes: bool) -> dict[str, torch.Tensor]:
+def _policy_state_dict(model: torch.nn.Module, extra_prefixes: bool,
+                       others: dict[str, torch.Tensor] | None = None) -> dict[str, torch.Tensor]:
     sd = {DP_PREFIX + k: v for k, v in _tensors(model).items()}
-    if extra_prefixes:  # what else a diffusion_unet_*_policy holds: none of it belongs to the U-Net
+    if others is not None:  # the policy's real other tensors (an obs encoder, a normalizer)
+        sd.update(_tensors(others))
+    elif extra_prefixes:  # what else a diffusion_unet_*_policy holds: none of it belongs to the U-Net
         sd.update({"obs_encoder.nets.rgb.backbone.conv1.weight": torch.randn(4, 3, 3, 3),
                    "normalizer.params_dict.action.scale": torch.ones(2),
                    "normalizer.params_dict.action.offset": torch.zeros(2),
@@ -105,12 +108,14 @@ def _policy_state_dict(model: torch.nn.Module, extra_prefixes: bool) -> dict[str
 
 
 def save_diffusion_policy_ckpt(model: torch.nn.Module, path: str | Path, ema_model: torch.nn.Module | None = None,
-                               extra_prefixes: bool = True, cfg: Any = None, pickle_module: Any = pickle) -> Path:
+                               extra_prefixes: bool = True, cfg: Any = None, pickle_module: Any = pickle,
+                               others: dict | None = None, ema_others: dict | None = None) -> Path:
     """Write a diffusion_policy workspace checkpoint around `model` (and `ema_model`).
 
     cfg: a UNetConfig (turned into diffusion_policy's cfg, an OmegaConf object when omegaconf imports), or any
     object stored as payload["cfg"] unchanged (a dict, an OmegaConf cfg, None). pickle_module: diffusion_policy
-    itself uses dill; plain pickle writes the same structure.
+    itself uses dill; plain pickle writes the same structure. others / ema_others: the rest of the policy state
+    dict beside `model.*` (obs_encoder.*, normalizer.*, ...) for each; default a few placeholders (extra_prefixes).
     """
     if is_dataclass(cfg):
         try:
@@ -118,9 +123,9 @@ def save_diffusion_policy_ckpt(model: torch.nn.Module, path: str | Path, ema_mod
             cfg = diffusion_policy_cfg(cfg, omegaconf=True)
         except ImportError:
             cfg = diffusion_policy_cfg(cfg)
-    state_dicts = {"model": _policy_state_dict(model, extra_prefixes)}
+    state_dicts = {"model": _policy_state_dict(model, extra_prefixes, others)}
     if ema_model is not None:
-        state_dicts["ema_model"] = _policy_state_dict(ema_model, extra_prefixes)
+        state_dicts["ema_model"] = _policy_state_dict(ema_model, extra_prefixes, ema_others)
     n_params = len(list(model.parameters()))
     state_dicts["optimizer"] = {"state": {}, "param_groups": [{"lr": 1e-4, "betas": (0.95, 0.999),
                                                                 "params": list(range(n_params))}]}
@@ -147,9 +152,11 @@ def lerobot_config(config: Any, **extra: Any) -> dict[str, Any]:
 
 
 def save_lerobot_folder(model: torch.nn.Module, folder: str | Path, config: Any,
-                        config_extra: dict[str, Any] | None = None, compiled: bool = False) -> Path:
+                        config_extra: dict[str, Any] | None = None, compiled: bool = False,
+                        others: dict | None = None) -> Path:
     """Write a LeRobot pretrained-policy folder: config.json + model.safetensors (`diffusion.unet.` keys,
-    LeRobot's names, plus a few `diffusion.rgb_encoder.*` tensors); `compiled` adds torch.compile's `_orig_mod.`."""
+    LeRobot's names, plus a few `diffusion.rgb_encoder.*` tensors); `compiled` adds torch.compile's `_orig_mod.`;
+    `others` adds more tensors (normalisation buffers)."""
     from safetensors.torch import save_file
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -158,6 +165,7 @@ def save_lerobot_folder(model: torch.nn.Module, folder: str | Path, config: Any,
     sd.update({"diffusion.rgb_encoder.backbone.0.weight": torch.randn(4, 3, 3, 3),
                "diffusion.rgb_encoder.out.weight": torch.randn(8, 8),
                "diffusion.rgb_encoder.out.bias": torch.zeros(8)})
+    sd.update(_tensors(others or {}))
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(lerobot_config(config, **(config_extra or {})), indent=4))
     return folder

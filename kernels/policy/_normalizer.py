@@ -1,0 +1,162 @@
+"""A trained policy's observation / action normalisation, so an entry point takes raw observations and returns
+actions in the environment's units.
+
+    norm = Normalizer.from_diffusion_policy(policy_state_dict)      # or from_lerobot(...), or identity()
+    image, agent_pos = norm.normalize_obs(image, agent_pos)          # raw -> what the encoder was trained on
+    action = norm.unnormalize_action(naction)                        # U-Net sample -> environment units
+
+Each field keeps the arithmetic of the code that stored it, operation for operation:
+  affine    upstream diffusion_policy LinearNormalizer (model/common/normalizer.py `_normalize`): x is viewed as
+            (-1, n) for the n entries of `scale`; normalize x * scale + offset, unnormalize (x - offset) / scale.
+            Push-T image: image scale 2, offset -1 (get_image_range_normalizer: [0, 1] -> [-1, 1]); agent_pos
+            and action fitted in 'limits' mode to [-1, 1].
+  mean_std  LeRobot Normalize / Unnormalize (policies/normalize.py): (x - mean) / (std + 1e-8); x * std + mean.
+  min_max   LeRobot: ((x - min) / (max - min + 1e-8)) * 2 - 1; ((x + 1) / 2) * (max - min) + min.
+  identity  nothing stored (identity(), random-weight benchmarks; a LeRobot feature mapped to IDENTITY).
+Results come out in the buffers' dtype (float32), as upstream casts x to scale's dtype and LeRobot promotes.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ..unet1d._checkpoint import SHOWN, CheckpointError
+
+EPS = 1e-8  # LeRobot's
+DP_PREFIX = "normalizer.params_dict."
+DP_ENTRIES = ("scale", "offset", "input_stats.min", "input_stats.max", "input_stats.mean", "input_stats.std")
+LEROBOT_INPUTS, LEROBOT_OUTPUTS = "normalize_inputs.", "unnormalize_outputs."
+LEROBOT_STATS = {"mean_std": ("mean", "std"), "min_max": ("min", "max")}
+
+
+class Field(nn.Module):
+    """One normalised quantity: `mode` and its two tensors (scale/offset, mean/std or min/max)."""
+
+    def __init__(self, mode: str, a: torch.Tensor | None = None, b: torch.Tensor | None = None):
+        super().__init__()
+        if mode not in ("affine", "mean_std", "min_max", "identity"):
+            raise ValueError(f"unknown normalisation mode {mode!r}")
+        self.mode = mode
+        self.register_buffer("a", None if a is None else a.detach().float().clone())
+        self.register_buffer("b", None if b is None else b.detach().float().clone())
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.a, self.b
+        if self.mode == "affine":
+            return (x.reshape(-1, a.shape[0]) * a + b).reshape(x.shape)
+        if self.mode == "mean_std":
+            return (x - a) / (b + EPS)
+        if self.mode == "min_max":
+            return (x - a) / (b - a + EPS) * 2 - 1
+        return x
+
+    def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
+        a, b = self.a, self.b
+        if self.mode == "affine":
+            return ((x.reshape(-1, a.shape[0]) - b) / a).reshape(x.shape)
+        if self.mode == "mean_std":
+            return x * b + a
+        if self.mode == "min_max":
+            return (x + 1) / 2 * (b - a) + a
+        return x
+
+
+class Normalizer(nn.Module):
+    """The image, low-dim state and action fields of one policy, under the names its checkpoint uses."""
+
+    def __init__(self, fields: dict[str, Field], image_key: str, state_key: str, action_key: str, source: str):
+        super().__init__()
+        missing = [k for k in (image_key, state_key, action_key) if k not in fields]
+        if missing:
+            raise CheckpointError(f"normalizer has no field for {missing} (has {sorted(fields)})")
+        self.keys = (image_key, state_key, action_key)
+        self.source = source
+        self.fields = nn.ModuleList(fields[k] for k in self.keys)  # ModuleDict keys may not hold LeRobot's dots
+
+    @property
+    def modes(self) -> dict[str, str]:
+        return {k: f.mode for k, f in zip(self.keys, self.fields)}
+
+    def field(self, key: str) -> Field:
+        if key not in self.keys:
+            raise KeyError(f"no normalizer field {key!r}; fields: {list(self.keys)}")
+        return self.fields[self.keys.index(key)]
+
+    def normalize_obs(self, image: torch.Tensor, agent_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Raw observations -> the encoder's inputs."""
+        return self.fields[0].normalize(image), self.fields[1].normalize(agent_pos)
+
+    def normalize_action(self, action: torch.Tensor) -> torch.Tensor:
+        return self.fields[2].normalize(action)
+
+    def unnormalize_action(self, action: torch.Tensor) -> torch.Tensor:
+        """The U-Net's denoised sample -> actions in the environment's units."""
+        return self.fields[2].unnormalize(action)
+
+    @classmethod
+    def identity(cls, image_key: str = "image", state_key: str = "agent_pos", action_key: str = "action"
+                 ) -> Normalizer:
+        """No normalisation: for random-weight benchmarks."""
+        return cls({k: Field("identity") for k in (image_key, state_key, action_key)}, image_key, state_key,
+                   action_key, "identity")
+
+    @classmethod
+    def from_diffusion_policy(cls, state_dict: dict[str, torch.Tensor], image_key: str = "image",
+                              state_key: str = "agent_pos", action_key: str = "action") -> Normalizer:
+        """From a diffusion_policy policy state dict: `normalizer.params_dict.<key>.{scale, offset, input_stats.*}`."""
+        problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
+        fields = {}
+        for key in (image_key, state_key, action_key):
+            base = f"{DP_PREFIX}{key}."
+            problems["missing"] += [base + e for e in DP_ENTRIES if base + e not in state_dict]
+            problems["unexpected"] += [k for k in state_dict if k.startswith(base) and k[len(base):] not in DP_ENTRIES]
+            scale = state_dict.get(base + "scale")
+            if scale is None:
+                continue
+            if scale.dim() != 1:
+                problems["misshaped"].append(f"{base}scale (expected 1-d, found {tuple(scale.shape)})")
+                continue
+            present = {e: state_dict[base + e] for e in DP_ENTRIES[1:] if base + e in state_dict}
+            problems["misshaped"] += [f"{base}{e} (expected {tuple(scale.shape)}, found {tuple(t.shape)})"
+                                      for e, t in present.items() if t.shape != scale.shape]
+            if "offset" in present:
+                fields[key] = Field("affine", scale, present["offset"])
+        key_problems(problems, "diffusion_policy normalizer keys do not fit")
+        return cls(fields, image_key, state_key, action_key, "diffusion_policy")
+
+    @classmethod
+    def from_lerobot(cls, state_dict: dict[str, torch.Tensor], modes: dict[str, str],
+                     image_key: str = "observation.image", state_key: str = "observation.state",
+                     action_key: str = "action") -> Normalizer:
+        """From a LeRobot DiffusionPolicy's buffers: `normalize_inputs.buffer_<key, dots as _>.{mean,std|min,max}`
+        for the image and state, `unnormalize_outputs.buffer_action.*` for the action. `modes`: key -> mean_std,
+        min_max or identity (LeRobot's normalization_mapping applied to each feature's type)."""
+        problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
+        fields = {}
+        for key, where in ((image_key, LEROBOT_INPUTS), (state_key, LEROBOT_INPUTS), (action_key, LEROBOT_OUTPUTS)):
+            mode, base = modes.get(key, "identity"), f"{where}buffer_{key.replace('.', '_')}."
+            if mode == "identity":
+                fields[key] = Field("identity")
+                continue
+            if mode not in LEROBOT_STATS:
+                raise CheckpointError(f"LeRobot normalisation mode {mode!r} of {key!r} is not supported "
+                                      f"(mean_std, min_max, identity are)")
+            names = LEROBOT_STATS[mode]
+            problems["missing"] += [base + n for n in names if base + n not in state_dict]
+            problems["unexpected"] += [k for k in state_dict if k.startswith(base) and k[len(base):] not in names]
+            if all(base + n in state_dict for n in names):
+                a, b = (state_dict[base + n] for n in names)
+                if a.shape != b.shape:
+                    shapes = f"expected {tuple(a.shape)}, found {tuple(b.shape)}"
+                    problems["misshaped"].append(f"{base}{names[1]} ({shapes})")
+                fields[key] = Field(mode, a, b)
+        key_problems(problems, "LeRobot normalisation buffers do not fit")
+        return cls(fields, image_key, state_key, action_key, "lerobot")
+
+
+def key_problems(problems: dict[str, list[str]], what: str) -> None:
+    """Raise one CheckpointError listing the {"missing": [...], "unexpected": [...], "misshaped": [...]} keys."""
+    if any(problems.values()):
+        lines = [f"  {kind} ({len(keys)}): {', '.join(keys[:SHOWN])}" + (" ..." if len(keys) > SHOWN else "")
+                 for kind, keys in problems.items() if keys]
+        raise CheckpointError(f"{what}:\n" + "\n".join(lines))

@@ -1,0 +1,256 @@
+"""Load a trained policy's observation side (image encoder + normaliser) from the checkpoint layouts unet1d reads.
+
+    side = load_observation_side("latest.ckpt")        # or .pt/.pth/.safetensors, or a LeRobot folder
+    if side.encoder is None: print(side.encoder_reason)
+    global_cond = side.encoder(*side.normalizer.normalize_obs(image, agent_pos))
+
+diffusion_policy .ckpt (EMA weights preferred, as unet1d's loader does) or a policy state dict: the encoder from
+`obs_encoder.key_model_map.<rgb key>.*` (_observation_formats.py), configured from cfg.policy.obs_encoder and
+shape_meta, or, without a cfg, from the keys and the U-Net's global_cond_dim with Push-T defaults (each noted); the
+normaliser from `normalizer.params_dict.*`. A LeRobot folder gives the normaliser only: LeRobot's own image
+encoder (ResNet trunk + SpatialSoftmax keypoints + Linear, state features before image features) is not
+implemented. A bare U-Net state dict has neither. What is absent comes back as None with the reason; what is
+present but does not fit (missing / unexpected / misshaped keys) raises one CheckpointError listing them.
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..unet1d import _checkpoint as ck
+from ..unet1d import _checkpoint_pickle as unpickle
+from . import _observation_formats as fmt
+from ._encoder import EncoderConfig, ObsEncoder
+from ._normalizer import Normalizer, key_problems
+
+UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
+UNET_STEP = "model.diffusion_step_encoder.1.weight"  # (4 dsed, dsed)
+
+
+@dataclass
+class ObservationSide:
+    encoder: ObsEncoder | None  # the checkpoint's weights, float32, CPU, eval mode
+    normalizer: Normalizer | None
+    source: str  # "state_dict" | "diffusion_policy" | "lerobot"
+    weights: str  # "ema_model" / "model" for a diffusion_policy .ckpt, else the weights file's name
+    encoder_reason: str = ""  # why encoder is None
+    normalizer_reason: str = ""
+    notes: list[str] = field(default_factory=list)
+
+
+def load_observation_side(path: str | Path, prefer_ema: bool = True) -> ObservationSide:
+    """The encoder and normaliser stored in `path`; None (with the reason) for each the file does not hold."""
+    path, notes = Path(path), []
+    if path.is_dir():
+        return _lerobot_side(path, notes)
+    if not path.exists():
+        raise ck.CheckpointError(f"{path}: no such file or folder")
+    if path.suffix not in ck.SUFFIXES:
+        raise ck.CheckpointError(f"{path}: unknown extension {path.suffix!r}; expected one of "
+                                 f"{', '.join(ck.SUFFIXES)} or a LeRobot folder (config.json + model.safetensors)")
+    cfg, source, weights = None, "state_dict", path.name
+    if path.suffix == ".safetensors":
+        sd = ck._read_safetensors(path)
+    else:
+        obj = ck._torch_load(path, notes)
+        if not isinstance(obj, dict):
+            raise ck.CheckpointError(f"{path}: holds a {type(obj).__name__}, not a dict of tensors")
+        if "state_dicts" in obj:  # diffusion_policy's workspace payload
+            sds, source = obj["state_dicts"], "diffusion_policy"
+            weights = "ema_model" if prefer_ema and "ema_model" in sds else "model"
+            if weights not in sds:
+                raise ck.CheckpointError(f"{path}: state_dicts has no 'model' or 'ema_model' (has {sorted(sds)})")
+            sd, cfg = sds[weights], unpickle.plain(obj.get("cfg"))
+        else:
+            sd = obj.get("state_dict", obj)
+    try:
+        side = _policy_side(dict(sd), cfg, notes)
+    except ck.CheckpointError as e:
+        raise ck.CheckpointError(f"{path}: {e}") from None
+    side.source, side.weights = source, weights
+    return side
+
+
+def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationSide:
+    """A diffusion_policy policy state dict (and its cfg, when there is one)."""
+    side = ObservationSide(None, None, "", "", notes=notes)
+    enc_keys = [k for k in sd if k.startswith(fmt.DP_ENCODER)]
+    settings = _dp_settings(cfg)
+    config, why = None, ""
+    if not enc_keys:
+        why = "no obs_encoder.* keys: a bare U-Net state dict or a low-dim policy has no image encoder"
+    elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):
+        why = ("obs_encoder.obs_nets.*: DiffusionUnetHybridImagePolicy's robomimic encoder (ResNet + SpatialSoftmax) "
+               "is not implemented")
+    elif any(k.endswith(".running_mean") for k in enc_keys) or settings["use_group_norm"] is False:
+        why = "the ResNet keeps BatchNorm (use_group_norm False): only upstream's GroupNorm ResNet is implemented"
+    else:
+        config, why = _encoder_config(sd, settings, notes)
+    if config is not None:
+        side.encoder = _load_encoder(sd, enc_keys, config, settings["share_rgb_model"], notes)
+    side.encoder_reason = why
+    image_key, state_key = (config.rgb_key, config.low_dim_key) if config else ("image", "agent_pos")
+    have = sorted({k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)})
+    need = [image_key, state_key, "action"]
+    if all(k in have for k in need):
+        side.normalizer = Normalizer.from_diffusion_policy(sd, image_key, state_key)
+    else:
+        side.normalizer_reason = (f"normalizer.params_dict holds {have or 'nothing'}; {need} are needed"
+                                  if have else "no normalizer.params_dict.* keys (a bare U-Net state dict)")
+    return side
+
+
+def _dp_settings(cfg: Any) -> dict[str, Any]:
+    """The encoder's settings from a diffusion_policy cfg: None where absent."""
+    def get(dotted: str) -> Any:
+        return _cfg_get(cfg, dotted)
+    out = {name: get(f"policy.obs_encoder.{name}") for name in (
+        "crop_shape", "random_crop", "use_group_norm", "share_rgb_model", "imagenet_norm", "resize_shape")}
+    out["backbone"] = get("policy.obs_encoder.rgb_model.name")
+    out["target"] = get("policy._target_")
+    out["global_cond"] = get("policy.obs_as_global_cond")
+    out["n_obs_steps"] = get("policy.n_obs_steps") or get("n_obs_steps")
+    out["shape_meta"] = get("policy.shape_meta") or get("shape_meta") or get("task.shape_meta")
+    return out
+
+
+def _encoder_config(sd: dict[str, Any], s: dict[str, Any], notes: list[str]) -> tuple[EncoderConfig | None, str]:
+    """EncoderConfig from the cfg's settings, else from keys and shapes; (None, why) for what is not implemented."""
+    unsupported = [(s["target"] not in (None, fmt.DP_IMAGE_POLICY), f"policy {s['target']}"),
+                   (s["global_cond"] is False, "obs_as_global_cond False (observations by inpainting)"),
+                   (s["resize_shape"] is not None, f"resize_shape {s['resize_shape']} (torchvision Resize)"),
+                   (s["backbone"] not in (None, "resnet18"), f"rgb_model {s['backbone']}")]
+    for bad, what in unsupported:
+        if bad:
+            return None, f"{what}: not implemented (DiffusionUnetImagePolicy with one resnet18, no resize is)"
+    defaults, kw, assumed = EncoderConfig(), {}, []
+    meta = (s["shape_meta"] or {}).get("obs") if isinstance(s["shape_meta"], dict) else None
+    if meta:
+        rgb = sorted(k for k, v in meta.items() if v.get("type", "low_dim") == "rgb")
+        low = sorted(k for k, v in meta.items() if v.get("type", "low_dim") == "low_dim")
+        if len(rgb) != 1 or len(low) != 1:
+            return None, f"shape_meta has rgb keys {rgb} and low-dim keys {low}: one of each is implemented"
+        kw = {"rgb_key": rgb[0], "low_dim_key": low[0], "image_shape": tuple(meta[rgb[0]]["shape"]),
+              "low_dim": int(meta[low[0]]["shape"][0])}
+    else:
+        models = sorted({k[len(fmt.DP_MODELS):].split(".")[0] for k in sd if k.startswith(fmt.DP_MODELS)})
+        if len(models) == 1 and models[0] != "rgb":
+            kw["rgb_key"] = models[0]
+        scale = sd.get(f"{fmt.DP_NORMALIZER}{defaults.low_dim_key}.scale")
+        if scale is not None:
+            kw["low_dim"] = scale.numel()
+        assumed.append(f"image_shape {defaults.image_shape}")
+    if s["crop_shape"] is not None or s["random_crop"] is not None:
+        # upstream crops only through CropRandomizer (random_crop True); with False its CenterCrop is overwritten
+        kw["crop_shape"] = tuple(s["crop_shape"]) if s["crop_shape"] and s["random_crop"] is not False else None
+    else:
+        assumed.append(f"crop_shape {defaults.crop_shape}")
+    if s["imagenet_norm"] is not None:
+        kw["imagenet_norm"] = bool(s["imagenet_norm"])
+    else:
+        assumed.append(f"imagenet_norm {defaults.imagenet_norm}")
+    if s["n_obs_steps"] is not None:
+        kw["n_obs_steps"] = int(s["n_obs_steps"])
+    elif UNET_COND in sd and UNET_STEP in sd:
+        cond = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1]
+        frame = defaults.feature_dim + kw.get("low_dim", defaults.low_dim)
+        if cond % frame == 0 and cond > 0:
+            kw["n_obs_steps"] = cond // frame
+            notes.append(f"n_obs_steps {cond // frame} from the U-Net's global_cond_dim {cond} = n * {frame}")
+    if "n_obs_steps" not in kw:
+        assumed.append(f"n_obs_steps {defaults.n_obs_steps}")
+    if assumed:
+        notes.append(f"not in the checkpoint, Push-T image defaults assumed: {', '.join(assumed)}")
+    try:
+        return EncoderConfig(**kw), ""
+    except ValueError as e:
+        raise ck.CheckpointError(f"encoder settings do not fit: {e}") from None
+
+
+def _load_encoder(sd: dict[str, Any], enc_keys: list[str], config: EncoderConfig, shared: bool | None,
+                  notes: list[str]) -> ObsEncoder:
+    """ObsEncoder(config) with the checkpoint's weights; keys checked strictly, the U-Net's cond width too."""
+    if shared is None:
+        shared = any(k.startswith(f"{fmt.DP_MODELS}rgb.") for k in enc_keys) and config.rgb_key != "rgb"
+    prefix = fmt.dp_model_prefix(config, shared)
+    encoder = ObsEncoder(config)
+    ref = {prefix + k[len("backbone."):]: tuple(v.shape) for k, v in encoder.state_dict().items()}
+    problems = {"missing": [k for k in ref if k not in sd],
+                "unexpected": [k for k in enc_keys if k not in ref and k != fmt.DP_DUMMY],
+                "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
+                              for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]}
+    key_problems(problems, f"obs_encoder keys do not fit the GroupNorm ResNet-18 under {prefix!r}")
+    if UNET_COND in sd and UNET_STEP in sd:
+        cond = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1]
+        if cond != config.cond_dim:
+            raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.feature_dim} + "
+                                     f"{config.low_dim}) = {config.cond_dim} features but the U-Net's "
+                                     f"global_cond_dim is {cond}")
+    weights = {"backbone." + k[len(prefix):]: sd[k] for k in ref}
+    if any(v.dtype != torch.float32 for v in weights.values()):
+        notes.append("encoder weights converted to float32")
+    encoder.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
+    notes.append(f"encoder: {prefix}* ({len(ref)} tensors), {config}")
+    return encoder.eval()
+
+
+def _lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
+    absent = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
+    if absent:
+        raise ck.CheckpointError(f"{folder}: not a LeRobot pretrained-policy folder: no {' and no '.join(absent)}")
+    try:
+        cfg = json.loads((folder / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise ck.CheckpointError(f"{folder / 'config.json'}: not readable JSON ({e})") from None
+    sd = ck._read_safetensors(folder / "model.safetensors")
+    side = ObservationSide(None, None, "lerobot", "model.safetensors", notes=notes, encoder_reason=(
+        "LeRobot's DiffusionRgbEncoder (ResNet trunk + SpatialSoftmax keypoints + Linear, state features before "
+        "image features) is not implemented"))
+    if not any(k.startswith(fmt.LEROBOT_INPUTS) for k in sd):
+        side.normalizer_reason = ("no normalize_inputs.* buffers in model.safetensors (LeRobot releases with "
+                                  "processor pipelines keep the statistics in policy_preprocessor files, not read)")
+        return side
+    modes, image_keys = _lerobot_modes(cfg, sd, notes)
+    if len(image_keys) != 1:
+        side.normalizer_reason = f"image features {image_keys}: one camera is implemented"
+        return side
+    try:
+        side.normalizer = Normalizer.from_lerobot(sd, modes, image_key=image_keys[0])
+    except ck.CheckpointError as e:
+        raise ck.CheckpointError(f"{folder}: {e}") from None
+    return side
+
+
+def _lerobot_modes(cfg: dict, sd: dict, notes: list[str]) -> tuple[dict[str, str], list[str]]:
+    """{feature: mode} and the image feature names, from config.json (either era's fields) or the buffers."""
+    feats = {**(cfg.get("input_features") or {}), **(cfg.get("output_features") or {})}
+    mapping = cfg.get("normalization_mapping")
+    if feats and mapping:
+        modes = {k: str(mapping.get(f.get("type"), "IDENTITY")).lower() for k, f in feats.items()}
+        images = sorted(k for k, f in feats.items() if f.get("type") == "VISUAL")
+        return modes, images
+    modes = {**(cfg.get("input_normalization_modes") or {}), **(cfg.get("output_normalization_modes") or {})}
+    images = sorted(k for k in (cfg.get("input_shapes") or modes) if k.startswith("observation.image"))
+    if modes:
+        return {k: str(v).lower() for k, v in modes.items()}, images
+    notes.append("config.json names no normalisation modes: read from the buffers present")
+    found = {}
+    for key in sd:
+        m = re.match(r"^(normalize_inputs|unnormalize_outputs)\.buffer_(\w+)\.(mean|min)$", key)
+        if m:
+            name = "action" if m[2] == "action" else m[2].replace("observation_", "observation.", 1)
+            found[name] = "mean_std" if m[3] == "mean" else "min_max"
+    return found, sorted(k for k in found if k.startswith("observation.image"))
+
+
+def _cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:
+    """ck._cfg_get, following `${a.b}` interpolations that a cfg read without omegaconf keeps as strings."""
+    value = ck._cfg_get(cfg, dotted)
+    m = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+    return _cfg_get(cfg, m[1], depth + 1) if m and depth < 8 else value
+

@@ -1,0 +1,91 @@
+"""Where the observation side of a policy sits in each checkpoint layout, and writers that fabricate it (tests, docs).
+
+  diffusion_policy  (DiffusionUnetImagePolicy; the U-Net beside it under `model.`, _checkpoint_formats.py)
+      obs_encoder._dummy_variable                          ModuleAttrMixin's empty parameter, shape (0,)
+      obs_encoder.key_model_map.<rgb key>.<resnet18 key>   the ResNet (`rgb` instead of the key: share_rgb_model)
+      normalizer.params_dict.<key>.scale | offset | input_stats.{min,max,mean,std}   one per obs key and action
+      cfg.policy.obs_encoder.{crop_shape, random_crop, use_group_norm, share_rgb_model, imagenet_norm,
+      resize_shape, rgb_model.name}, cfg.policy.shape_meta (or cfg.shape_meta, cfg.task.shape_meta),
+      cfg.policy.n_obs_steps, cfg.policy.obs_as_global_cond
+      DiffusionUnetHybridImagePolicy's robomimic encoder instead holds obs_encoder.obs_nets.* (not supported).
+  lerobot  (model.safetensors beside config.json)
+      normalize_inputs.buffer_<key, dots as _>.{mean,std} or .{min,max}   e.g. buffer_observation_image.mean (3,1,1)
+      unnormalize_outputs.buffer_action.{min,max}                         (normalize_targets.* holds the same)
+      diffusion.rgb_encoder.*   LeRobot's own encoder (SpatialSoftmax keypoints; not supported)
+      config.json: normalization_mapping {VISUAL, STATE, ACTION: MEAN_STD | MIN_MAX | IDENTITY} with
+      input_features / output_features types, or (older releases) input_normalization_modes /
+      output_normalization_modes by key with input_shapes.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ..unet1d import _checkpoint_formats as unet_fmt
+from ._encoder import EncoderConfig, ObsEncoder
+
+DP_ENCODER = "obs_encoder."
+DP_MODELS = "obs_encoder.key_model_map."
+DP_DUMMY = "obs_encoder._dummy_variable"
+DP_HYBRID = "obs_encoder.obs_nets."
+DP_NORMALIZER = "normalizer.params_dict."
+DP_IMAGE_POLICY = "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy"
+LEROBOT_INPUTS, LEROBOT_OUTPUTS, LEROBOT_TARGETS = "normalize_inputs.", "unnormalize_outputs.", "normalize_targets."
+
+
+def dp_model_prefix(config: EncoderConfig, shared: bool = False) -> str:
+    return f"{DP_MODELS}{'rgb' if shared else config.rgb_key}."
+
+
+def dp_encoder_tensors(encoder: ObsEncoder, shared: bool = False) -> dict[str, torch.Tensor]:
+    """`obs_encoder.*` of a DiffusionUnetImagePolicy holding `encoder`'s weights."""
+    prefix = dp_model_prefix(encoder.config, shared)
+    sd = {prefix + k[len("backbone."):]: v for k, v in encoder.state_dict().items()}
+    return {DP_DUMMY: torch.zeros(0), **sd}
+
+
+def dp_normalizer_tensors(fields: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """`normalizer.params_dict.*` from {key: (scale, offset)}; input_stats are the [-1, 1] preimages, as 'limits'
+    mode fits them (min maps to -1, max to +1)."""
+    out = {}
+    for key, (scale, offset) in fields.items():
+        lo, hi = (-1 - offset) / scale, (1 - offset) / scale
+        stats = {"min": lo, "max": hi, "mean": (lo + hi) / 2, "std": (hi - lo) / 4}
+        out.update({f"{DP_NORMALIZER}{key}.scale": scale, f"{DP_NORMALIZER}{key}.offset": offset})
+        out.update({f"{DP_NORMALIZER}{key}.input_stats.{n}": v for n, v in stats.items()})
+    return out
+
+
+def dp_cfg(unet_config: Any, enc: EncoderConfig, random_crop: bool = True, shared: bool = False,
+           **obs_encoder: Any) -> dict[str, Any]:
+    """A train_diffusion_unet_image_workspace cfg (a plain dict) for this U-Net and encoder; `obs_encoder`
+    overrides entries of cfg.policy.obs_encoder. shape_meta sits in cfg.task, referenced by interpolation."""
+    cfg = unet_fmt.diffusion_policy_cfg(unet_config)
+    shape_meta = {"obs": {enc.rgb_key: {"shape": list(enc.image_shape), "type": "rgb"},
+                          enc.low_dim_key: {"shape": [enc.low_dim], "type": "low_dim"}},
+                  "action": {"shape": [unet_config.input_dim]}}
+    cfg["task"]["shape_meta"], cfg["shape_meta"], cfg["n_obs_steps"] = shape_meta, "${task.shape_meta}", enc.n_obs_steps
+    cfg["policy"]["shape_meta"] = "${shape_meta}"
+    cfg["policy"]["obs_encoder"] = {
+        "_target_": "diffusion_policy.model.vision.multi_image_obs_encoder.MultiImageObsEncoder",
+        "shape_meta": "${shape_meta}",
+        "rgb_model": {"_target_": "diffusion_policy.model.vision.model_getter.get_resnet", "name": "resnet18",
+                      "weights": None},
+        "resize_shape": None, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
+        "random_crop": random_crop, "use_group_norm": True, "share_rgb_model": shared,
+        "imagenet_norm": enc.imagenet_norm, **obs_encoder}
+    return cfg
+
+
+def lerobot_buffers(image_key: str, image: tuple[torch.Tensor, torch.Tensor], state: tuple[torch.Tensor, torch.Tensor],
+                    action: tuple[torch.Tensor, torch.Tensor], state_key: str = "observation.state"
+                    ) -> dict[str, torch.Tensor]:
+    """A LeRobot DiffusionPolicy's normalisation buffers in its default modes: image (mean, std), state and
+    action (min, max); the action under both normalize_targets and unnormalize_outputs, as LeRobot saves it."""
+    def buf(where: str, key: str, names: tuple[str, str], pair: tuple) -> dict[str, torch.Tensor]:
+        return {f"{where}buffer_{key.replace('.', '_')}.{n}": t.clone() for n, t in zip(names, pair)}
+    return {**buf(LEROBOT_INPUTS, image_key, ("mean", "std"), image),
+            **buf(LEROBOT_INPUTS, state_key, ("min", "max"), state),
+            **buf(LEROBOT_TARGETS, "action", ("min", "max"), action),
+            **buf(LEROBOT_OUTPUTS, "action", ("min", "max"), action)}

@@ -1,0 +1,562 @@
+"""policy observation side: the image encoder, the normaliser and their loading from every checkpoint layout.
+
+  - the encoder against an oracle written here from upstream's description (functional ResNet-18 with
+    GroupNorm(C // 16), explicit per-sample, per-frame loops): Push-T and odd configs, imagenet_norm;
+  - deliberately wrong encoders (BatchNorm kept, 32 groups, no crop, crop off by one, state first, frames
+    interleaved) all fail that comparison;
+  - center crop as torchvision's (round half to even) and nothing outside the crop reaching the output;
+    feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
+  - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
+  - normalisers: upstream's affine and LeRobot's mean_std / min_max arithmetic, round trips, bad keys;
+  - loading: diffusion_policy .ckpt (EMA preferred, shared rgb model, cfg settings or none), a policy state dict
+    in .pt / .safetensors, LeRobot folders of both config eras; None with a reason for what is not
+    implemented; missing / unexpected / misshaped keys listed.
+"""
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from dpk import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+registry.load([ROOT / "kernels"], strict=True)
+E = importlib.import_module("dpk.families.policy._encoder")
+N = importlib.import_module("dpk.families.policy._normalizer")
+L = importlib.import_module("dpk.families.policy._observation")
+OF = importlib.import_module("dpk.families.policy._observation_formats")
+U = importlib.import_module("dpk.families.unet1d._unet")
+UF = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
+CheckpointError = importlib.import_module("dpk.families.unet1d._checkpoint").CheckpointError
+
+PUSHT = E.EncoderConfig()
+ODD = E.EncoderConfig(image_shape=(3, 97, 90), crop_shape=(84, 83), n_obs_steps=3, low_dim=5, imagenet_norm=True)
+CROP_TOP_LEFT = {PUSHT: (6, 6), ODD: (6, 4)}  # round(13 / 2) = 6 and round(7 / 2) = 4: halves to even
+UNET = U.UNetConfig(input_dim=2, global_cond_dim=1028, diffusion_step_embed_dim=16, down_dims=(16, 32),
+                    kernel_size=3, n_groups=8, cond_predict_scale=True)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def inputs(cfg: E.EncoderConfig, b: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(b, cfg.n_obs_steps, *cfg.image_shape, generator=g) * 2 - 1,
+            torch.randn(b, cfg.n_obs_steps, cfg.low_dim, generator=g))
+
+
+def oracle_resnet(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """torchvision resnet18 with every BatchNorm2d as GroupNorm(C // 16, C), fc dropped, from its weights."""
+    def gn(x: torch.Tensor, p: str) -> torch.Tensor:
+        return F.group_norm(x, x.shape[1] // 16, w[p + ".weight"], w[p + ".bias"])
+    x = F.max_pool2d(F.relu(gn(F.conv2d(x, w["conv1.weight"], stride=2, padding=3), "bn1")), 3, 2, 1)
+    for stage in range(1, 5):
+        for block in range(2):
+            p, stride = f"layer{stage}.{block}.", 2 if stage > 1 and block == 0 else 1
+            out = F.relu(gn(F.conv2d(x, w[p + "conv1.weight"], stride=stride, padding=1), p + "bn1"))
+            out = gn(F.conv2d(out, w[p + "conv2.weight"], padding=1), p + "bn2")
+            if p + "downsample.0.weight" in w:
+                x = gn(F.conv2d(x, w[p + "downsample.0.weight"], stride=stride), p + "downsample.1")
+            x = F.relu(out + x)
+    return x.mean(dim=(2, 3))
+
+
+def oracle(w: dict[str, torch.Tensor], cfg: E.EncoderConfig, image: torch.Tensor, agent_pos: torch.Tensor):
+    """DiffusionUnetImagePolicy.predict_action's global_cond, one sample and one frame at a time."""
+    (top, left), (h, wd) = CROP_TOP_LEFT[cfg], cfg.crop_shape
+    mean, std = torch.tensor([0.485, 0.456, 0.406])[:, None, None], torch.tensor([0.229, 0.224, 0.225])[:, None, None]
+    rows = []
+    for b in range(image.shape[0]):
+        frames = []
+        for t in range(cfg.n_obs_steps):
+            img = image[b, t, :, top:top + h, left:left + wd]
+            img = (img - mean) / std if cfg.imagenet_norm else img
+            frames += [oracle_resnet(w, img[None])[0], agent_pos[b, t]]  # rgb keys first, then low-dim
+        rows.append(torch.cat(frames))
+    return torch.stack(rows)
+
+
+def backbone_weights(enc: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k.removeprefix("backbone."): v for k, v in enc.state_dict().items()}
+
+
+def randomized(enc: E.ObsEncoder, seed: int = 1) -> E.ObsEncoder:
+    """Norm affines random too, so a wrong grouping or a swapped tensor shows."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for m in enc.modules():
+            if isinstance(m, torch.nn.GroupNorm):
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+    return enc
+
+
+@pytest.mark.parametrize("cfg", [PUSHT, ODD], ids=["pusht", "odd"])
+def test_encoder_matches_oracle(cfg):
+    enc = randomized(E.ObsEncoder(cfg, seed=2))
+    image, agent_pos = inputs(cfg)
+    with torch.no_grad():
+        out = enc(image, agent_pos)
+        assert out.shape == (2, cfg.cond_dim) and enc.cond_dim == cfg.cond_dim
+        torch.testing.assert_close(out, oracle(backbone_weights(enc), cfg, image, agent_pos), rtol=1e-5, atol=1e-5)
+
+
+def test_pusht_dims_and_module():
+    enc = E.ObsEncoder()
+    assert (PUSHT.frame_dim, PUSHT.cond_dim) == (514, 1028)
+    assert sum(p.numel() for p in enc.parameters()) == 11_176_512  # resnet18's 11,689,512 less fc's 513,000
+    norms = [m for m in enc.modules() if isinstance(m, torch.nn.GroupNorm)]
+    assert len(norms) == 20 and all(m.num_groups == m.num_channels // 16 for m in norms)
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in enc.modules())
+    assert len(enc.state_dict()) == 60 and not any("running" in k or "fc" in k for k in enc.state_dict())
+
+
+class StateFirst(E.ObsEncoder):
+    """LeRobot's order: the low-dim state before the image features."""
+
+    def forward(self, image, agent_pos):
+        b, n = image.shape[:2]
+        feats = self.backbone(self.transform(image.reshape(b * n, *image.shape[2:])))
+        return torch.cat([agent_pos.reshape(b * n, -1), feats], dim=-1).reshape(b, -1)
+
+
+class TimeMajor(E.ObsEncoder):
+    """Images flattened frame-major, (n, B) instead of upstream's (B, n)."""
+
+    def forward(self, image, agent_pos):
+        b, n = image.shape[:2]
+        feats = self.backbone(self.transform(image.transpose(0, 1).reshape(b * n, *image.shape[2:])))
+        return torch.cat([feats, agent_pos.reshape(b * n, -1)], dim=-1).reshape(b, -1)
+
+
+def wrong_encoder(kind: str) -> E.ObsEncoder:
+    cls = {"state_first": StateFirst, "time_major": TimeMajor}.get(kind, E.ObsEncoder)
+    enc = randomized(cls(E.EncoderConfig(crop_shape=None) if kind == "no_crop" else PUSHT, seed=2))
+    if kind == "crop_off_by_one":
+        enc._crop = (7, 7, 84, 84)
+    for name, m in list(enc.backbone.named_modules()):
+        if kind in ("batchnorm_kept", "groups_32") and isinstance(m, torch.nn.GroupNorm):
+            c = m.num_channels
+            new = torch.nn.BatchNorm2d(c) if kind == "batchnorm_kept" else torch.nn.GroupNorm(32, c)
+            new.load_state_dict({"weight": m.weight, "bias": m.bias}, strict=False)
+            parent, _, leaf = name.rpartition(".")
+            setattr(enc.backbone.get_submodule(parent), leaf, new)
+    return enc.eval()
+
+
+@pytest.mark.parametrize("kind", ["batchnorm_kept", "groups_32", "no_crop", "crop_off_by_one", "state_first",
+                                  "time_major"])
+def test_wrong_encoders_are_caught(kind):
+    enc = wrong_encoder(kind)
+    image, agent_pos = inputs(PUSHT)
+    with torch.no_grad():
+        got, want = enc(image, agent_pos), oracle(backbone_weights(enc), PUSHT, image, agent_pos)
+    assert got.shape == want.shape and not torch.allclose(got, want, rtol=1e-3, atol=1e-3)
+
+
+@pytest.mark.parametrize(("hw", "crop", "box"), [
+    ((96, 96), (84, 84), (6, 6, 84, 84)), ((97, 96), (84, 84), (6, 6, 84, 84)), ((99, 98), (84, 85), (8, 6, 84, 85)),
+    ((96, 96), (76, 76), (10, 10, 76, 76)), ((96, 96), None, (0, 0, 96, 96))])
+def test_center_crop_box(hw, crop, box):
+    assert E.center_crop_box(*hw, crop) == box  # torchvision: int(round((H - h) / 2.0))
+
+
+def test_only_the_center_crop_reaches_the_output():
+    enc = E.ObsEncoder()
+    image, agent_pos = inputs(PUSHT, b=1)
+    outside, inside = image.clone(), image.clone()
+    outside[..., :6, :] = 5.0
+    outside[..., :, 90:] = -5.0
+    inside[..., 6, 6] += 1.0
+    with torch.no_grad():
+        base = enc(image, agent_pos)
+        assert torch.equal(enc(outside, agent_pos), base)
+        assert not torch.equal(enc(inside, agent_pos), base)
+        assert torch.equal(enc.transform(image[0]), image[0, :, :, 6:90, 6:90])
+
+
+def test_feature_layout_frame_by_frame():
+    enc = randomized(E.ObsEncoder(seed=4))
+    image, agent_pos = inputs(PUSHT)
+    with torch.no_grad():
+        out = enc(image, agent_pos).reshape(2, 2, 514)
+        for t in range(2):
+            assert torch.equal(out[:, t, 512:], agent_pos[:, t])
+            torch.testing.assert_close(out[:, t, :512], enc.backbone(enc.transform(image[:, t])), rtol=1e-5, atol=1e-6)
+        swapped = enc(image.flip(1), agent_pos.flip(1)).reshape(2, 2, 514)
+    torch.testing.assert_close(swapped, out.flip(1), rtol=1e-5, atol=1e-6)
+
+
+def test_seeded_init_is_torchvisions():
+    """Values torchvision 0.28's resnet18(weights=None) has after torch.manual_seed(0) (GroupNorm swapped in)."""
+    state = torch.random.get_rng_state()
+    sd = backbone_weights(E.ObsEncoder(seed=0))
+    assert torch.equal(torch.random.get_rng_state(), state)  # the global RNG is left alone
+    pinned = {"conv1.weight": (-5.018750041808971, [0.024109674617648125, 0.007528774905949831]),
+              "layer2.0.downsample.0.weight": (12.327413307634743, [-0.10871897637844086, 0.07623140513896942]),
+              "layer4.1.conv2.weight": (13.657922713767139, [0.02886549010872841, 0.011732267215847969])}
+    for key, (total, first) in pinned.items():
+        assert sd[key].double().sum().item() == pytest.approx(total, rel=1e-9)
+        assert sd[key].flatten()[:2].tolist() == first
+    x = torch.linspace(0, 1, 2 * 3 * 96 * 96).reshape(2, 3, 96, 96)
+    with torch.no_grad():
+        y = E.ObsEncoder(seed=0).backbone(x[:, :, 6:90, 6:90])
+    assert y.double().sum().item() == pytest.approx(850.8807198305731, rel=1e-5)
+    assert not torch.equal(backbone_weights(E.ObsEncoder(seed=1))["conv1.weight"], sd["conv1.weight"])
+
+
+def test_same_as_torchvision_when_installed():
+    try:
+        import torchvision
+    except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision built for another torch
+        pytest.skip(f"torchvision does not import: {e}")
+    torch.manual_seed(3)
+    ref = torchvision.models.resnet18(weights=None)
+    ref.fc = torch.nn.Identity()
+    for name, m in [(n, m) for n, m in ref.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]:
+        parent, _, leaf = name.rpartition(".")
+        setattr(ref.get_submodule(parent) if parent else ref, leaf, torch.nn.GroupNorm(m.num_features // 16,
+                                                                                         m.num_features))
+    ours = E.ObsEncoder(seed=3)
+    want, got = ref.state_dict(), backbone_weights(ours)
+    assert list(want) == list(got) and all(torch.equal(want[k], got[k]) for k in want)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.backbone(x := torch.rand(2, 3, 84, 84)), ref.eval()(x), rtol=0, atol=0)
+    tf = torchvision.transforms.functional
+    for shape, crop in (((3, 97, 95), (84, 84)), ((3, 99, 98), (84, 85))):
+        enc = E.ObsEncoder(E.EncoderConfig(image_shape=shape, crop_shape=crop, imagenet_norm=True))
+        image = torch.rand(2, *shape)
+        want = tf.normalize(tf.center_crop(image, list(crop)), [0.485, 0.456, 0.406], [0.229, 0.224, 0.225])
+        torch.testing.assert_close(enc.transform(image), want, rtol=0, atol=0)
+
+
+GOOD_IMAGE, GOOD_POS = torch.zeros(2, 2, 3, 96, 96), torch.zeros(2, 2, 2)
+
+
+@pytest.mark.parametrize(("image", "agent_pos", "msg"), [
+    (torch.zeros(2, 3, 96, 96), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 3, 96, 96\)"),
+    (torch.zeros(2, 3, 3, 96, 96), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 3, 3, 96, 96\)"),
+    (torch.zeros(2, 2, 3, 84, 84), GOOD_POS, r"image must have shape \(B, 2, 3, 96, 96\), got \(2, 2, 3, 84, 84\)"),
+    (torch.zeros(2, 2, 96, 96, 3), GOOD_POS, r"got \(2, 2, 96, 96, 3\)"),
+    (torch.zeros(0, 2, 3, 96, 96), GOOD_POS, r"got \(0, 2, 3, 96, 96\)"),
+    (GOOD_IMAGE, torch.zeros(2, 2, 3), r"agent_pos must have shape \(B, 2, 2\), got \(2, 2, 3\)"),
+    (GOOD_IMAGE, torch.zeros(2, 4), r"agent_pos must have shape \(B, 2, 2\), got \(2, 4\)"),
+    (GOOD_IMAGE, torch.zeros(3, 2, 2), r"agent_pos has batch 3 but image has 2"),
+    (GOOD_IMAGE.double(), GOOD_POS, r"image must be torch.float32 like the encoder's weights, got torch.float64"),
+    (GOOD_IMAGE, GOOD_POS.half(), r"agent_pos must be torch.float32 .* got torch.float16"),
+    (GOOD_IMAGE.to("meta"), GOOD_POS, r"image is on meta but the encoder is on cpu"),
+    (GOOD_IMAGE.numpy(), GOOD_POS, r"image must be a torch.Tensor, got ndarray"),
+])
+def test_bad_inputs_name_the_problem(image, agent_pos, msg):
+    with pytest.raises(ValueError, match=msg):
+        E.ObsEncoder()(image, agent_pos)
+
+
+@pytest.mark.parametrize(("kwargs", "msg"), [
+    ({"crop_shape": (97, 84)}, r"crop_shape \(97, 84\) does not fit in the image's \(H, W\) = \(96, 96\)"),
+    ({"image_shape": (4, 96, 96)}, r"image_shape must be \(3, H, W\)"),
+    ({"feature_dim": 2048}, "only ResNet-18's 512"),
+    ({"n_obs_steps": 0}, "n_obs_steps must be >= 1"),
+])
+def test_bad_configs(kwargs, msg):
+    with pytest.raises(ValueError, match=msg):
+        E.EncoderConfig(**kwargs)
+
+
+def test_forward_is_one_graph():
+    """No graph break (no host sync, no data-dependent branch): torch.compile(fullgraph=True) traces it whole."""
+    torch._dynamo.reset()
+    enc = E.ObsEncoder(ODD)
+    image, agent_pos = inputs(ODD, b=1)
+    with torch.no_grad():
+        torch.testing.assert_close(torch.compile(enc, backend="eager", fullgraph=True)(image, agent_pos),
+                                   enc(image, agent_pos), rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_graph_capture_and_compile():
+    enc = E.ObsEncoder().cuda()
+    image, agent_pos = (t.cuda() for t in inputs(PUSHT, b=8))
+    with torch.no_grad():
+        want = enc(image, agent_pos)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            enc(image, agent_pos)  # warm-up off the capture
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = enc(image, agent_pos)
+        new_image, new_pos = (t.cuda() for t in inputs(PUSHT, b=8, seed=1))
+        image.copy_(new_image)
+        agent_pos.copy_(new_pos)
+        graph.replay()
+        torch.testing.assert_close(out, enc(new_image, new_pos), rtol=1e-5, atol=1e-5)
+        assert not torch.allclose(out, want)
+        compiled = torch.compile(enc, fullgraph=True, mode="reduce-overhead")
+        torch.testing.assert_close(compiled(new_image, new_pos), enc(new_image, new_pos), rtol=1e-3, atol=1e-3)
+
+
+DP_FIELDS = {"image": (torch.tensor([2.0]), torch.tensor([-1.0])),  # get_image_range_normalizer: [0, 1] -> [-1, 1]
+             "agent_pos": (torch.tensor([0.0039, 0.0041]), torch.tensor([-1.05, -0.98])),
+             "action": (torch.tensor([0.0038, 0.0042]), torch.tensor([-1.02, -0.99]))}
+LR_STATS = {"image": (torch.tensor([0.4, 0.5, 0.6]).view(3, 1, 1), torch.tensor([0.2, 0.25, 0.3]).view(3, 1, 1)),
+            "state": (torch.tensor([13.0, 32.0]), torch.tensor([496.0, 510.0])),
+            "action": (torch.tensor([12.0, 25.0]), torch.tensor([511.0, 505.0]))}
+LR_MODES = {"observation.image": "mean_std", "observation.state": "min_max", "action": "min_max"}
+
+
+def lerobot_buffers(**edits) -> dict[str, torch.Tensor]:
+    return OF.lerobot_buffers("observation.image", LR_STATS["image"], LR_STATS["state"], LR_STATS["action"]) | edits
+
+
+def test_diffusion_policy_normalizer_is_upstreams_linear_normalizer():
+    sd = OF.dp_normalizer_tensors(DP_FIELDS)
+    norm = N.Normalizer.from_diffusion_policy(sd)
+    assert norm.modes == {"image": "affine", "agent_pos": "affine", "action": "affine"}
+    image, pos = torch.rand(2, 2, 3, 96, 96), torch.rand(2, 2, 2) * 512
+    nimage, npos = norm.normalize_obs(image, pos)
+    assert torch.equal(nimage, image * 2 - 1)
+    scale, offset = DP_FIELDS["agent_pos"]
+    assert torch.equal(npos, (pos.reshape(-1, 2) * scale + offset).reshape(pos.shape))  # upstream's _normalize
+    scale, offset = DP_FIELDS["action"]
+    lo, hi = sd["normalizer.params_dict.action.input_stats.min"], sd["normalizer.params_dict.action.input_stats.max"]
+    torch.testing.assert_close(norm.normalize_action(torch.stack([lo, hi])), torch.tensor([[-1.0] * 2, [1.0] * 2]))
+    naction = torch.rand(3, 16, 2) * 2 - 1
+    action = norm.unnormalize_action(naction)
+    assert torch.equal(action, ((naction.reshape(-1, 2) - offset) / scale).reshape(naction.shape))
+    torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
+
+
+def test_lerobot_normalizer_is_lerobots():
+    norm = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
+    assert norm.keys == ("observation.image", "observation.state", "action") and norm.source == "lerobot"
+    (mean, std), (smin, smax), (amin, amax) = LR_STATS.values()
+    image, state = torch.rand(2, 2, 3, 96, 96), torch.rand(2, 2, 2) * 512
+    nimage, nstate = norm.normalize_obs(image, state)
+    assert torch.equal(nimage, (image - mean) / (std + 1e-8))
+    assert torch.equal(nstate, (state - smin) / (smax - smin + 1e-8) * 2 - 1)
+    naction = torch.rand(3, 16, 2) * 2 - 1
+    action = norm.unnormalize_action(naction)
+    assert torch.equal(action, (naction + 1) / 2 * (amax - amin) + amin)
+    torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(norm.field("observation.image").unnormalize(nimage), image, rtol=1e-5, atol=1e-6)
+    with pytest.raises(KeyError, match="no normalizer field 'image'"):
+        norm.field("image")
+
+
+def test_identity_normalizer():
+    norm = N.Normalizer.identity()
+    image, pos = inputs(PUSHT)
+    assert all(a is b for a, b in zip(norm.normalize_obs(image, pos), (image, pos)))
+    assert norm.unnormalize_action(pos) is pos and set(norm.modes.values()) == {"identity"}
+
+
+def _dp_error(edit) -> str:
+    sd = OF.dp_normalizer_tensors(DP_FIELDS)
+    edit(sd)
+    with pytest.raises(CheckpointError) as err:
+        N.Normalizer.from_diffusion_policy(sd)
+    return str(err.value)
+
+
+def test_normalizer_bad_keys_are_listed():
+    p = "normalizer.params_dict."
+    assert f"missing (1): {p}agent_pos.offset" in _dp_error(lambda sd: sd.pop(f"{p}agent_pos.offset"))
+    assert f"missing (1): {p}image.input_stats.std" in _dp_error(lambda sd: sd.pop(f"{p}image.input_stats.std"))
+    msg = _dp_error(lambda sd: sd.update({f"{p}action.offset": torch.zeros(3), f"{p}action.extra": torch.zeros(1)}))
+    assert f"misshaped (1): {p}action.offset (expected (2,), found (3,))" in msg
+    assert f"unexpected (1): {p}action.extra" in msg
+    msg = _dp_error(lambda sd: [sd.pop(k) for k in list(sd) if ".agent_pos." in k])
+    assert f"missing (6): {p}agent_pos.scale, {p}agent_pos.offset" in msg
+    with pytest.raises(CheckpointError, match=r"missing \(1\): normalize_inputs.buffer_observation_image.std"):
+        N.Normalizer.from_lerobot({k: v for k, v in lerobot_buffers().items() if not k.endswith("image.std")},
+                                  LR_MODES)
+    with pytest.raises(CheckpointError, match="misshaped"):
+        N.Normalizer.from_lerobot(lerobot_buffers(**{"unnormalize_outputs.buffer_action.max": torch.ones(3)}),
+                                  LR_MODES)
+    with pytest.raises(CheckpointError, match="mode 'quantiles' of 'action' is not supported"):
+        N.Normalizer.from_lerobot(lerobot_buffers(), {**LR_MODES, "action": "quantiles"})
+
+
+UNET_MODEL = U.ConditionalUnet1D(UNET)
+NEW_ERA = {"normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
+           "input_features": {"observation.image": {"type": "VISUAL", "shape": [3, 96, 96]},
+                              "observation.state": {"type": "STATE", "shape": [2]}}}
+OLD_ERA = {"input_shapes": {"observation.image": [3, 96, 96], "observation.state": [2]},
+           "input_normalization_modes": {"observation.image": "mean_std", "observation.state": "min_max"},
+           "output_normalization_modes": {"action": "min_max"}}
+
+
+def policy_parts(enc: E.ObsEncoder, shared: bool = False) -> dict[str, torch.Tensor]:
+    return OF.dp_encoder_tensors(enc, shared) | OF.dp_normalizer_tensors(DP_FIELDS)
+
+
+def write_dp(tmp: Path, cfg: dict | None, shared: bool = False, edit=None) -> tuple[Path, E.ObsEncoder, E.ObsEncoder]:
+    """A diffusion_policy .ckpt with a model and an EMA encoder that differ; `edit` changes both state dicts."""
+    model, ema = E.ObsEncoder(seed=5), randomized(E.ObsEncoder(seed=6))
+    parts = [policy_parts(model, shared), policy_parts(ema, shared)]
+    for sd in parts:
+        (edit or (lambda sd: None))(sd)
+    path = UF.save_diffusion_policy_ckpt(UNET_MODEL, tmp / "latest.ckpt", ema_model=UNET_MODEL, cfg=cfg,
+                                         others=parts[0], ema_others=parts[1])
+    return path, model, ema
+
+
+def same_outputs(loaded: E.ObsEncoder, saved: E.ObsEncoder, sd_weights: dict[str, torch.Tensor]) -> None:
+    image, agent_pos = inputs(loaded.config, b=1)
+    with torch.no_grad():
+        out = loaded(image, agent_pos)
+        assert torch.equal(out, saved(image, agent_pos))
+        torch.testing.assert_close(out, oracle(sd_weights, loaded.config, image, agent_pos), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["cfg", "no_cfg", "shared_rgb_model"])
+def test_diffusion_policy_ckpt_round_trip(kind, tmp_path):
+    cfg = None if kind == "no_cfg" else OF.dp_cfg(UNET, PUSHT, shared=kind == "shared_rgb_model")
+    path, model, ema = write_dp(tmp_path, cfg, shared=kind == "shared_rgb_model")
+    side = L.load_observation_side(path)
+    assert (side.source, side.weights, side.encoder_reason, side.normalizer_reason) == (
+        "diffusion_policy", "ema_model", "", "")
+    assert side.encoder.config == PUSHT
+    prefix = "obs_encoder.key_model_map." + ("rgb." if kind == "shared_rgb_model" else "image.")
+    ckpt = policy_parts(ema, kind == "shared_rgb_model")
+    same_outputs(side.encoder, ema, {k[len(prefix):]: v for k, v in ckpt.items() if k.startswith(prefix)})
+    for key, (scale, offset) in DP_FIELDS.items():
+        assert torch.equal(side.normalizer.field(key).a, scale) and torch.equal(side.normalizer.field(key).b, offset)
+    if kind == "no_cfg":
+        assert any("n_obs_steps 2 from the U-Net's global_cond_dim 1028" in n for n in side.notes)
+        assert any("Push-T image defaults assumed: image_shape (3, 96, 96), crop_shape (84, 84), imagenet_norm False"
+                   in n for n in side.notes)
+    trained = L.load_observation_side(path, prefer_ema=False)
+    assert trained.weights == "model"
+    same_outputs(trained.encoder, model, backbone_weights(model))
+
+
+@pytest.mark.parametrize("suffix", [".pt", ".safetensors"])
+def test_policy_state_dict_files(suffix, tmp_path):
+    enc = randomized(E.ObsEncoder(seed=7))
+    sd = {"model." + k: v for k, v in UNET_MODEL.state_dict().items()} | policy_parts(enc)
+    side = L.load_observation_side(UF.save_state_dict(sd, tmp_path / f"policy{suffix}"))
+    assert (side.source, side.weights) == ("state_dict", f"policy{suffix}")
+    same_outputs(side.encoder, enc, backbone_weights(enc))
+
+
+def test_cfg_settings_are_read(tmp_path):
+    side = L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT, crop_shape=[76, 76],
+                                                                 imagenet_norm=True))[0])
+    assert (side.encoder.config.crop_shape, side.encoder.config.imagenet_norm) == ((76, 76), True)
+    # upstream: random_crop False assigns a CenterCrop that is then overwritten, so no crop at all
+    side = L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT, random_crop=False))[0])
+    assert side.encoder.config.crop_shape is None
+    cfg = OF.dp_cfg(UNET, PUSHT)
+    cfg["n_obs_steps"] = 3
+    with pytest.raises(CheckpointError, match=r"3 x \(512 \+ 2\) = 1542 features but the U-Net's global_cond_dim "
+                                              r"is 1028"):
+        L.load_observation_side(write_dp(tmp_path, cfg)[0])
+
+
+def _cfg(**policy) -> dict:
+    cfg = OF.dp_cfg(UNET, PUSHT)
+    for dotted, value in policy.items():
+        node = cfg["policy"]
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return cfg
+
+
+@pytest.mark.parametrize(("cfg", "edit", "reason"), [
+    (None, lambda sd: sd.update({"obs_encoder.obs_nets.image.nets.0.nets.0.weight": torch.zeros(1)}), "robomimic"),
+    (None, lambda sd: sd.update({"obs_encoder.key_model_map.image.bn1.running_mean": torch.zeros(64)}),
+     "keeps BatchNorm"),
+    (_cfg(obs_encoder__use_group_norm=False), None, "keeps BatchNorm"),
+    (_cfg(obs_encoder__resize_shape=[90, 90]), None, "resize_shape [90, 90]"),
+    (_cfg(obs_encoder__rgb_model__name="resnet34"), None, "rgb_model resnet34"),
+    (_cfg(obs_as_global_cond=False), None, "obs_as_global_cond False"),
+    (_cfg(shape_meta={"obs": {"a": {"shape": [3, 96, 96], "type": "rgb"}, "b": {"shape": [3, 96, 96], "type": "rgb"},
+                              "agent_pos": {"shape": [2]}}}), None, "rgb keys ['a', 'b']"),
+])
+def test_unsupported_encoders_give_none_and_why(cfg, edit, reason, tmp_path):
+    side = L.load_observation_side(write_dp(tmp_path, cfg, edit=edit)[0])
+    assert side.encoder is None and reason in side.encoder_reason
+    assert side.normalizer is not None and side.normalizer.keys == ("image", "agent_pos", "action")
+
+
+def test_bare_unet_has_neither(tmp_path):
+    side = L.load_observation_side(UF.save_state_dict(UNET_MODEL, tmp_path / "unet.safetensors"))
+    assert side.encoder is None and "no obs_encoder.* keys" in side.encoder_reason
+    assert side.normalizer is None and "no normalizer.params_dict.* keys" in side.normalizer_reason
+
+
+@pytest.mark.parametrize("era", ["new", "old", "unnamed"])
+def test_lerobot_folder_gives_the_normalizer(era, tmp_path):
+    extra = {"new": NEW_ERA, "old": OLD_ERA, "unnamed": {}}[era]
+    folder = UF.save_lerobot_folder(UNET_MODEL, tmp_path / "pretrained_model", UNET, config_extra=extra,
+                                    others=lerobot_buffers())
+    side = L.load_observation_side(folder)
+    assert side.encoder is None and "SpatialSoftmax" in side.encoder_reason and side.source == "lerobot"
+    assert side.normalizer.modes == LR_MODES
+    want = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
+    image, state = torch.rand(1, 2, 3, 96, 96), torch.rand(1, 2, 2) * 500
+    assert all(torch.equal(a, b) for a, b in zip(side.normalizer.normalize_obs(image, state),
+                                                  want.normalize_obs(image, state)))
+    assert ("read from the buffers present" in " ".join(side.notes)) == (era == "unnamed")
+
+
+def test_lerobot_folders_without_a_usable_normalizer(tmp_path):
+    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "a", UNET))
+    assert side.normalizer is None and "policy_preprocessor" in side.normalizer_reason
+    two = {"input_features": {**NEW_ERA["input_features"], "observation.images.top": {"type": "VISUAL"}},
+           "normalization_mapping": NEW_ERA["normalization_mapping"]}
+    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "b", UNET, config_extra=two,
+                                                          others=lerobot_buffers()))
+    assert side.normalizer is None and "one camera" in side.normalizer_reason
+    with pytest.raises(CheckpointError, match=r"missing \(1\): unnormalize_outputs.buffer_action.max"):
+        L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "c", UNET, config_extra=NEW_ERA, others={
+            k: v for k, v in lerobot_buffers().items() if k != "unnormalize_outputs.buffer_action.max"}))
+
+
+def test_bad_encoder_keys_are_listed(tmp_path):
+    p = "obs_encoder.key_model_map.image."
+
+    def edit(sd):
+        sd.pop(p + "layer3.1.bn2.bias")
+        sd[p + "fc.weight"] = torch.zeros(1000, 512)
+        sd[p + "conv1.weight"] = torch.zeros(64, 3, 5, 5)
+    with pytest.raises(CheckpointError) as err:
+        L.load_observation_side(write_dp(tmp_path, OF.dp_cfg(UNET, PUSHT), edit=edit)[0])
+    msg = str(err.value)
+    assert str(tmp_path / "latest.ckpt") in msg
+    assert f"missing (1): {p}layer3.1.bn2.bias" in msg and f"unexpected (1): {p}fc.weight" in msg
+    assert f"misshaped (1): {p}conv1.weight (expected (64, 3, 7, 7), found (64, 3, 5, 5))" in msg
+
+
+def test_dill_omegaconf_checkpoint_with_placeholder_encoder(tmp_path):
+    """unet1d's fixture (written by diffusion_policy's pickling: dill, OmegaConf cfg) holds a placeholder encoder
+    tensor: read without dill or omegaconf, its keys are reported against the real layout."""
+    fixture = ROOT / "tests" / "data" / "unet1d_dp_dill_omegaconf.ckpt"
+    with pytest.raises(CheckpointError, match=r"unexpected \(1\): obs_encoder.nets.rgb.backbone.conv1.weight"):
+        L.load_observation_side(fixture)
+
+
+def test_bad_paths(tmp_path):
+    with pytest.raises(CheckpointError, match="no such file or folder"):
+        L.load_observation_side(tmp_path / "absent.ckpt")
+    (tmp_path / "weights.bin").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"unknown extension '\.bin'"):
+        L.load_observation_side(tmp_path / "weights.bin")
+    (tmp_path / "folder").mkdir()
+    with pytest.raises(CheckpointError, match=r"not a LeRobot pretrained-policy folder: no config\.json and no"):
+        L.load_observation_side(tmp_path / "folder")
