@@ -18,6 +18,8 @@ registry.load([ROOT / "kernels"], strict=True)
 FMT = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
 UNET = importlib.import_module("dpk.families.unet1d._unet")
 SETTINGS = importlib.import_module("dpk.families.policy._settings")
+ENC = importlib.import_module("dpk.families.policy._encoder")
+OF = importlib.import_module("dpk.families.policy._observation_formats")
 
 CONFIG = UNET.UNetConfig(input_dim=3, global_cond_dim=6, diffusion_step_embed_dim=8, down_dims=(16, 24),
                          kernel_size=3, n_groups=4, cond_predict_scale=True)
@@ -30,7 +32,8 @@ def dp_ckpt(tmp_path, scheduler=None, **top):
     cfg["policy"]["noise_scheduler"] = dict(scheduler or SCHEDULER)
     cfg["policy"]["num_inference_steps"] = 8
     cfg |= {"horizon": 8, "n_obs_steps": 2, "n_action_steps": 4} | top
-    return FMT.save_diffusion_policy_ckpt(UNET.build(CONFIG, 3), tmp_path / "policy.ckpt", cfg=cfg)
+    return FMT.save_diffusion_policy_ckpt(UNET.build(CONFIG, 3), tmp_path / "policy.ckpt", cfg=cfg,
+                                          extra_prefixes=False)
 
 
 def test_settings_of_each_format(tmp_path):
@@ -92,3 +95,35 @@ def test_forced_variant_and_bad_input(tmp_path):
     (tmp_path / "broken" / "config.json").write_text(json.dumps({"type": "diffusion"}))
     with pytest.raises(ValueError, match=r"model\.safetensors"):
         dpk.load_policy(tmp_path / "broken", device="cpu")
+
+
+def test_observation_in_actions_out_in_environment_units(tmp_path):
+    """With the checkpoint's encoder and normaliser: raw observation -> normalised -> encoder -> chunk ->
+    unnormalised actions, the same as feeding the encoder's output as conditioning."""
+    enc_cfg = ENC.EncoderConfig(image_shape=(3, 20, 20), crop_shape=(16, 16), n_obs_steps=1)
+    unet_cfg = dataclasses.replace(CONFIG, global_cond_dim=enc_cfg.cond_dim)
+    encoder = ENC.ObsEncoder(enc_cfg, seed=4)
+    fields = {"image": (torch.tensor([2.0]), torch.tensor([-1.0])),
+              "agent_pos": (torch.tensor([0.004, 0.005]), torch.tensor([-1.0, -0.9])),
+              "action": (torch.tensor([0.004, 0.003]), torch.tensor([-1.1, -0.95]))}
+    cfg = OF.dp_cfg(unet_cfg, enc_cfg)
+    cfg["policy"]["noise_scheduler"] = dict(SCHEDULER)
+    cfg["policy"]["num_inference_steps"] = 4
+    ckpt = FMT.save_diffusion_policy_ckpt(UNET.build(unet_cfg, 2), tmp_path / "obs.ckpt", cfg=cfg,
+                                          extra_prefixes=False,
+                                          others=OF.dp_encoder_tensors(encoder) | OF.dp_normalizer_tensors(fields))
+    by_obs = dpk.load_policy(ckpt, device="cpu", verify=False)
+    by_cond = dpk.load_policy(ckpt, device="cpu", verify=False, observation=False)
+    assert by_obs.chunk.encoder is not None and by_cond.chunk.encoder is None
+    g = torch.Generator().manual_seed(1)
+    image, pos = torch.rand(2, 1, 3, 20, 20, generator=g), torch.rand(2, 1, 2, generator=g) * 500
+    got = by_obs.predict(image=image, agent_pos=pos, seed=9)["action_pred"]
+    with torch.no_grad():
+        cond = encoder(image * 2 - 1, pos * fields["agent_pos"][0] + fields["agent_pos"][1])
+    want = by_cond.predict(cond, seed=9)["action_pred"]
+    assert float((got - want).abs().max()) < 1e-3 * float(want.abs().max())
+    assert float(want.abs().max()) > 10  # unnormalised: environment units (hundreds of pixels), not [-1, 1]
+    with pytest.raises(ValueError, match="image= and agent_pos="):
+        by_obs(cond)
+    with pytest.raises(ValueError, match="no image encoder"):
+        dpk.load_policy(dp_ckpt(tmp_path), device="cpu", observation=True)

@@ -1,21 +1,113 @@
 """The encoder stage of a chunk: which observation encoder a case names, built once per device.
 
-`encoder: none` (the default): the chunk starts from the global conditioning. Other values name an encoder
-of _encoder.py; the U-Net's global_cond_dim must equal the encoder's output width.
+`encoder: none` (the default): the chunk starts from the global conditioning. `encoder: resnet18_gn`: Diffusion
+Policy's image encoder (_encoder.py) runs first, on the (normalised) observation; its weights come from the
+case's checkpoint (load_observation_side: an error with the reason when it holds none) or are seeded
+(`weights_seed`), with `image_size`, `crop`, `n_obs_steps` from the case (Push-T's 96, 84, 2 by default). The
+U-Net's global_cond_dim must be the encoder's width, n_obs_steps x (512 + 2).
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
-ENCODERS = ("none",)
+from ..unet1d._net import weights_key
+from ._encoder import EncoderConfig, ObsEncoder
+
+ENCODERS = ("none", "resnet18_gn")
+# every variant runs the PyTorch encoder, so its convs are TF32 wherever cuDNN's default allows it
+ENCODER_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 
 
-def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.device | None) -> Any:
-    """The case's encoder stage on `device` (None: its description only, for the work model), or None."""
+class Encoder:
+    """One encoder on one device: the float32 module the variants run and its float64 copy for the oracle."""
+
+    def __init__(self, module: ObsEncoder, device: torch.device, label: str):
+        self.module = module.to(device).eval().requires_grad_(False)
+        self.label, self.device = label, device
+        self._ref: ObsEncoder | None = None
+
+    @property
+    def config(self) -> EncoderConfig:
+        return self.module.config
+
+    def __call__(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
+        return self.module(image, agent_pos)
+
+    def reference(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
+        if self._ref is None:
+            ref = ObsEncoder(self.config, seed=0)
+            ref.load_state_dict(self.module.state_dict())
+            self._ref = ref.to(self.device, torch.float64).eval().requires_grad_(False)
+        with torch.no_grad():
+            return self._ref(image, agent_pos)
+
+    def check(self, image: object, agent_pos: object, batch: int, where: str) -> None:
+        for name, t in (("image", image), ("agent_pos", agent_pos)):
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"{where}: {name} must be a tensor, got {type(t).__name__}")
+        cfg = self.config
+        want = (batch, cfg.n_obs_steps, *cfg.image_shape)
+        if tuple(image.shape) != want:
+            raise ValueError(f"{where}: image must be {want}, got {tuple(image.shape)}")
+        if tuple(agent_pos.shape) != (batch, cfg.n_obs_steps, cfg.low_dim):
+            raise ValueError(f"{where}: agent_pos must be ({batch}, {cfg.n_obs_steps}, {cfg.low_dim}), got "
+                             f"{tuple(agent_pos.shape)}")
+
+    def conv_lengths(self) -> list[int]:
+        """Reduction length of every conv output (in_channels x kernel area), for the rounding estimate."""
+        return [m.in_channels * m.kernel_size[0] * m.kernel_size[1] for m in self.module.modules()
+                if isinstance(m, nn.Conv2d)]
+
+    def weight_bytes(self) -> int:
+        return sum(p.numel() * p.element_size() for p in self.module.parameters())
+
+    def random_observation(self, batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """A normalised observation: images and agent positions ~ U(-1, 1) (Push-T's normalisers map to it)."""
+        cfg = self.config
+        image = torch.rand(batch, cfg.n_obs_steps, *cfg.image_shape, generator=gen) * 2 - 1
+        return image, torch.rand(batch, cfg.n_obs_steps, cfg.low_dim, generator=gen) * 2 - 1
+
+
+_encoders: dict[tuple, Encoder] = {}
+
+
+def _config(params: Mapping[str, Any]) -> EncoderConfig:
+    size, crop = int(params.get("image_size", 96)), params.get("crop", 84)
+    return EncoderConfig(image_shape=(3, size, size), crop_shape=None if crop is None else (int(crop), int(crop)),
+                         n_obs_steps=int(params.get("n_obs_steps", 2)))
+
+
+def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.device | None) -> Encoder | None:
+    """The case's encoder stage on `device` (None: on the meta device, for the work model), or None."""
     name = params.get("encoder", "none")
     if name not in ENCODERS:
         raise ValueError(f"policy: unknown encoder {name!r}; known: {', '.join(ENCODERS)}")
-    return None
+    if name == "none":
+        return None
+    dev = torch.device("meta") if device is None else torch.device(device)
+    wkey = weights_key(params)
+    key = (wkey, None if wkey[0] == "checkpoint" else _config(params), str(dev))
+    if key not in _encoders:
+        if wkey[0] == "checkpoint" and dev.type != "meta":
+            from ._observation import load_observation_side
+
+            side = load_observation_side(Path(wkey[1]))
+            if side.encoder is None:
+                raise ValueError(f"policy: encoder {name}: {wkey[1]} holds no usable encoder ({side.encoder_reason})")
+            module, label = side.encoder, f"{side.source}:{side.weights}"
+        else:  # seeded weights (a checkpoint's, on the meta device, have the same shapes: ResNet-18's)
+            with torch.device("meta") if dev.type == "meta" else contextlib.nullcontext():
+                module = ObsEncoder(_config(params), seed=int(wkey[1]) if wkey[0] == "random" else 0)
+            label = f"random({wkey[1]})"
+        _encoders[key] = Encoder(module, dev, label)
+    enc = _encoders[key]
+    if dev.type != "meta" and enc.config.cond_dim != global_cond_dim:
+        raise ValueError(f"policy: the encoder gives {enc.config.cond_dim} features ({enc.config.n_obs_steps} frames "
+                         f"x {enc.config.frame_dim}), the U-Net takes global_cond_dim {global_cond_dim}")
+    return enc

@@ -29,6 +29,7 @@ from dpk.tolerance import unit_roundoff
 from ..denoise._steps import reference_step
 from ..unet1d._rounding import SAFETY, forward_tolerance
 from ._chunk import Chunk
+from ._encoding import ENCODER_COMPUTE
 
 Perturb = Callable[[torch.Tensor, int], torch.Tensor]  # (eps or cond, step index or -1) -> perturbed
 
@@ -79,7 +80,8 @@ def propagated_tolerance(chunk: Chunk, inputs: tuple, clean: torch.Tensor, compu
     num_t = chunk.schedule.num_train_timesteps
     fwd = forward_tolerance(chunk.net.module, compute, "float32", t_max=num_t)
     eps_sigma = fwd.atol / SAFETY
-    cond_rel = encoder_rel_error(compute, chunk.encoder.conv_lengths()) if chunk.encoder is not None else 0.0
+    enc = chunk.encoder  # the PyTorch encoder in every variant: its arithmetic is cuDNN's, whatever the loop's
+    cond_rel = encoder_rel_error(ENCODER_COMPUTE, enc.conv_lengths()) if enc is not None else 0.0
     seed = zlib.crc32(f"policy-shadow:{label}:{compute}".encode()) & 0x7FFFFFFF
     shadow = loop64(chunk, *inputs, perturb=_shadow_perturb(seed, eps_sigma, cond_rel))
     gap = float((shadow - clean).pow(2).mean().sqrt())

@@ -112,8 +112,9 @@ def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | N
 
 def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None, weights_seed: int,
          scheduler: str | dict[str, Any] | None, batch: int, horizon: int | None, device: torch.device,
-         variant: str | None, verify: bool) -> Policy:
+         variant: str | None, verify: bool, observation: bool | None) -> Policy:
     """A Policy of a checkpoint (or of seeded random weights of `config`): see dpk.load_policy."""
+    from ._observation import load_observation_side
     from ._settings import checkpoint_settings, executed_steps, sampling_settings
 
     if (checkpoint is None) == (config is None):
@@ -122,7 +123,15 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
     params: dict[str, Any] = {"checkpoint": str(checkpoint)} if checkpoint is not None else dict(config)
     params |= sampling_settings(stored, scheduler) | {"weights_seed": int(weights_seed), "B": int(batch)}
     params["T"] = int(horizon or stored.get("horizon") or 16)
+    side = load_observation_side(checkpoint) if checkpoint is not None else None
+    if observation and (side is None or side.encoder is None):
+        why = side.encoder_reason if side is not None else "random weights: pass config['encoder']"
+        raise ValueError(f"load_policy: observation=True but there is no image encoder to run ({why})")
+    if side is not None and side.encoder is not None and observation is not False:
+        params["encoder"] = "resnet18_gn"
     case = dpk.make_case("policy", "load_policy", **params)
     name, fn, notes = choose(reg, case, device, variant, verify)
     chunk = make_inputs(case, device)[-1]
-    return Policy(name, chunk, fn, params["T"], notes, action_slice=executed_steps(stored, params["T"]))
+    normalizer = side.normalizer.to(device) if side is not None and side.normalizer is not None else None
+    return Policy(name, chunk, fn, params["T"], notes + (side.notes if side else []), normalizer=normalizer,
+                  action_slice=executed_steps(stored, params["T"]))
