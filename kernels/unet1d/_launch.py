@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 import dpk
+import dpk.build
 from dpk.nvtx import Ranges
 
 from ._net import Call
