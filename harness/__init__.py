@@ -17,7 +17,8 @@ if not torch.cuda.is_available():
 from . import tolerance
 from .cases import Case, make_case
 from .registry import Unavailable, Work, family, variant
+from .stages import Stage
 from .tolerance import Tolerance
 
-__all__ = ["Case", "Tolerance", "Unavailable", "Work", "family", "make_case", "tolerance", "variant"]
+__all__ = ["Case", "Stage", "Tolerance", "Unavailable", "Work", "family", "make_case", "tolerance", "variant"]
 __version__ = "0.1.0"
