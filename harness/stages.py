@@ -41,14 +41,14 @@ class Stage:
 
 
 def stages_of(hook: Callable[..., Sequence[Stage]] | None, inputs: tuple) -> tuple[list[Stage], str]:
-    """The variant's stages on `inputs` and '' , or no stages and why: a hook that fails leaves its rows ok."""
+    """(the variant's stages on `inputs`, ''), or ([], why not): a hook that fails leaves its rows ok."""
     if hook is None:
         return [], ""
     try:
         got = list(hook(*inputs))
-        names = [s.name for s in got]
+        names = [s.name if isinstance(s, Stage) else repr(s) for s in got]
         if not all(isinstance(s, Stage) for s in got) or len(set(names)) != len(names):
-            raise ValueError(f"the hook must return Stages with distinct names, got {names or got}")
+            raise ValueError(f"the hook must return dpk.Stages with distinct names, got {names}")
     except Exception as e:
         return [], f"stages: {type(e).__name__}: {e}"
     return got, ""

@@ -151,7 +151,8 @@ def test_stage_declarations_are_checked():
         dpk.Stage("unet", lambda: None, 0)
     assert stages.stages_of(None, ()) == ([], "")
     twice = stages.stages_of(lambda: [dpk.Stage("a", print), dpk.Stage("a", print)], ())
-    assert twice[0] == [] and twice[1].startswith("stages: ValueError: the hook must return Stages with distinct")
+    assert twice == ([], "stages: ValueError: the hook must return dpk.Stages with distinct names, got ['a', 'a']")
+    assert stages.stages_of(lambda: [print], ())[1].endswith("got ['<built-in function print>']")
     assert stages.stages_of(lambda: 1 / 0, ()) == ([], "stages: ZeroDivisionError: division by zero")
 
 
