@@ -18,7 +18,10 @@ from . import tolerance
 from .cases import Case, make_case
 from .policy import load_policy
 from .registry import Unavailable, Work, family, variant
+from .stages import Stage
 from .tolerance import Tolerance
 
-__all__ = ["Case", "Tolerance", "Unavailable", "Work", "family", "load_policy", "make_case", "tolerance", "variant"]
+__all__ = [
+    "Case", "Stage", "Tolerance", "Unavailable", "Work", "family", "load_policy", "make_case", "tolerance", "variant",
+]
 __version__ = "0.1.0"

@@ -23,12 +23,15 @@ import types
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from .cases import Case, check_name
 from .tolerance import DTYPES, Tolerance
+
+if TYPE_CHECKING:  # stages imports the timing engine, which imports this module
+    from .stages import Stage
 
 PLUGIN_PACKAGE = "dpk.families"
 KNOWN_NEEDS = ("cuda", "nvcc", "triton", "cpu", "sm90")
@@ -56,6 +59,7 @@ class Family:
     description: str = ""
     source: str = ""
     params: tuple[str, ...] = ()  # case parameters a command line may set (`dpk bench --param K=V`)
+    latency: bool = False  # every timed row also gets the wall latency of a call (`latency_us`)
 
 
 @dataclass
@@ -72,6 +76,7 @@ class Variant:
     graph: bool = True
     against: str | None = None
     info: Callable[..., dict] | None = None
+    stages: Callable[..., list[Stage]] | None = None  # `(*inputs) -> [Stage]`: the parts of one call (stages.py)
     description: str = ""
     source: str = ""
 
@@ -137,15 +142,17 @@ def _caller_source(depth: int = 2) -> str:
 
 
 def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Callable | None = None,
-           description: str = "", params: Sequence[str] = ()) -> Callable[[Callable], Callable]:
+           description: str = "", params: Sequence[str] = (), latency: bool = False) -> Callable[[Callable], Callable]:
     """Decorate a family's reference (the float64 oracle) and declare the family around it. `params`: case
-    parameters a command line may override for every selected case (e.g. a checkpoint path)."""
+    parameters a command line may override for every selected case (e.g. a checkpoint path). `latency`: each
+    timed row also gets the wall time from a call to its output on the host (for calls of milliseconds, e.g.
+    a whole action chunk, where what a robot waits for matters beside device time)."""
     check_name("family", name)
 
     def deco(ref: Callable) -> Callable:
         doc = description or (inspect.getdoc(ref) or "").split("\n")[0]
         _active[-1].add_family(Family(name, ref, make_inputs, tolerance, work, doc, _caller_source(),
-                                      tuple(params)))
+                                      tuple(params), latency))
         return ref
     return deco
 
@@ -153,7 +160,8 @@ def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Calla
 def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequence[str] = ("float32",),
             baseline: bool = False, compute: str = "float32", tol: Tolerance | Callable | None = None,
             work: Callable | None = None, graph: bool = True, against: str | None = None,
-            info: Callable[..., dict] | None = None) -> Callable[[Callable], Callable]:
+            info: Callable[..., dict] | None = None, stages: Callable[..., list[Stage]] | None = None,
+            ) -> Callable[[Callable], Callable]:
     """Register `fn(*inputs) -> output` as a variant of `family`.
 
     needs: 'cuda' (a CUDA GPU), 'nvcc' (a CUDA compiler and a CUDA build of torch), 'triton', 'sm90',
@@ -167,6 +175,8 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     info: `(*inputs) -> {column: value}` merged into each timed row after the first call, e.g. `resident_mb`
         (device memory the variant holds: weights as laid out, workspaces, graph pools) and `prepare_s` (one-off
         work before the first call could run: packing, graph capture, torch.compile).
+    stages: `(*inputs) -> [dpk.Stage(name, fn, count)]`, called after the first call: the parts of one call, each
+        runnable alone as the call runs it, timed separately in each cold and hot row (`stages` column).
     """
     check_name("variant", name)
     bad = [d for d in dtypes if d not in DTYPES]
@@ -176,7 +186,7 @@ def variant(family: str, name: str, *, needs: Sequence[str] = (), dtypes: Sequen
     def deco(fn: Callable) -> Callable:
         doc = (inspect.getdoc(fn) or "").split("\n")[0]
         _active[-1].add_variant(Variant(family, name, fn, tuple(needs), tuple(dtypes), baseline, compute,
-                                        tol, work, graph, against, info, doc, _caller_source()))
+                                        tol, work, graph, against, info, stages, doc, _caller_source()))
         return fn
     return deco
 

@@ -1,7 +1,8 @@
 """`dpk report`: results/report.md with PNG plots of one stored run and the history of its machine.
 
 Plots (matplotlib, Agg): speedup over the family baseline per case, latency against bytes moved,
-% of measured copy bandwidth, parity error as a share of the tolerance, and history over commits.
+% of measured copy bandwidth, parity error as a share of the tolerance, history over commits, and for families
+whose rows have `stages` where one call's time goes (report_stages.py).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
+from .report_stages import plot_stages, stages_table
 from .results import Run, list_runs
 from .table import render
 
@@ -188,11 +190,12 @@ def write_report(run: Run, history: list[Run], out_dir: Path) -> Path:
                 t = sized.pivot_table(index="case", columns="variant", values="pct_size_copy", sort=False)
                 lines += [f"{mode} % of a copy of the same bytes in the same mode:", "", "```",
                           t.round(1).to_string(), "```", ""]
+        lines += stages_table(df, fam)
         bad = d[d.status != "ok"].drop_duplicates(["variant", "case"])
         if len(bad):
             lines += ["Not timed:", "", "```", render(bad, ["variant", "case", "status", "reason"], 100), "```", ""]
         for p in (plot_speedup(df, fam, plots / f"speedup_{fam}.png"),
-                  plot_latency(df, fam, plots / f"latency_{fam}.png")):
+                  plot_latency(df, fam, plots / f"latency_{fam}.png"), *plot_stages(df, fam, plots)):
             if p:
                 lines += [f"![{p.stem}](plots/{p.name})", ""]
     lines += ["## All families", ""] + [f"![{p.stem}](plots/{p.name})" for p in made if p]

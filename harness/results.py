@@ -26,6 +26,7 @@ COLUMNS = [
     "status", "reason", "parity", "max_abs", "max_rel", "rel_err", "tol_usage", "mismatches",
     "n", "median_us", "iqr_us", "min_us", "mean_us", "std_us", "p10_us", "p90_us", "rel_spread", "stopped",
     "host_us", "first_call_s", "calls_per_sample", "uncovered", "host_probe_us",
+    "latency_us", "latency_p90_us", "stages",
     "bytes", "flops", "gbps", "tflops", "pct_peak_bw", "floor_us", "x_floor", "copy_gbps", "size_copy_us",
     "pct_size_copy", "speedup", "resident_mb", "prepare_s", "peak_mem_mb",
     "sm_mhz_start", "sm_mhz_min", "sm_mhz_end", "temp_c_start", "temp_c_end", "slowdown", "throttled",
@@ -50,6 +51,23 @@ def _atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def stage_times(value: Any) -> dict[str, float]:
+    """A row's `stages` as {name: us per call}: the one reader of the column, whether it holds a dict (rows in
+    memory, the JSON) or a JSON string (the CSV); {} when the row has none. A stage that failed (NaN, stored as
+    null) reads back as NaN."""
+    if isinstance(value, str):
+        value = json.loads(value) if value else {}
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): math.nan if v is None else float(v) for k, v in value.items()}
+
+
+def _stages_json(value: Any) -> Any:
+    """The CSV cell of `stages`: a JSON object (NaN as null), or empty."""
+    got = stage_times(value)
+    return json.dumps({k: None if v != v else v for k, v in got.items()}) if got else None
 
 
 def with_speedups(df: pd.DataFrame) -> pd.DataFrame:
@@ -94,7 +112,7 @@ class RunWriter:
 
     def flush(self) -> None:
         df = self.frame()
-        _atomic_write(self.csv_path, df.to_csv(index=False))
+        _atomic_write(self.csv_path, df.assign(stages=df["stages"].map(_stages_json)).to_csv(index=False))
         records = json.loads(df.to_json(orient="records"))
         for rec, samples in zip(records, self.samples):
             rec["samples_s"] = samples
@@ -119,6 +137,7 @@ class Run:
         rows = doc["rows"]
         self.samples = {tuple(r[k] for k in KEY): r.get("samples_s", []) for r in rows}
         self.df = pd.DataFrame([{k: v for k, v in r.items() if k != "samples_s"} for r in rows], columns=COLUMNS)
+        self.df["stages"] = self.df["stages"].map(lambda v: stage_times(v) or None)  # a dict per row, or None
 
     def hot_mode(self) -> str:
         """What this run's `hot` rows time: the fingerprint says so since it was recorded; before that, runs

@@ -16,6 +16,7 @@ from .cases import Case
 from .env import copy_bandwidth_gbps
 from .nvtx import ranged
 from .registry import Registry, Unavailable, Variant, Work, unavailable_reason
+from .stages import latency_fields, stages_of, with_stages
 from .timing import MODES, Measurement, Timer, TimingConfig
 from .timing_aids import size_matched_copies
 
@@ -119,7 +120,11 @@ class Session:
 
     def run_one(self, v: Variant, case: Case, modes: list[str], timer: Timer,
                 refs: list[torch.Tensor] | None = None) -> Iterator[tuple[dict[str, Any], list[float]]]:
-        """Parity first; then, if it passed, one timed row per mode. The unit every adapter runs."""
+        """Parity first; then, if it passed, one timed row per mode. The unit every adapter runs.
+
+        After the first call: a family with `latency` gets its wall latency measured once, into every row; a variant
+        with `stages` gets each stage timed in each cold and hot row's mode (`stages.with_stages`). Graph rows get
+        no stages: a replay of K whole calls has no stage boundaries to time apart."""
         base = self._row_base(v, case, copy_bandwidth_gbps(self.device))
         res = parity.check(self.registry, v.family, v.name, case, self.device, refs)
         base |= {"parity": res.status, "max_abs": res.max_abs, "max_rel": res.max_rel, "rel_err": res.rel_err,
@@ -135,6 +140,9 @@ class Session:
         first = timer.first_call(fn)
         if v.info is not None:
             base |= v.info(*inputs)
+        if fam.latency and modes:
+            base |= latency_fields(timer, fn)
+        parts, note = stages_of(v.stages, inputs)
         for m in modes:
             row = base | {"mode": m, "first_call_s": first}
             if m == "graph" and not v.graph:
@@ -146,8 +154,8 @@ class Session:
             except Unavailable as e:
                 yield row | {"status": "unavailable", "reason": str(e)}, []
                 continue
-            yield row | measurement_fields(meas, base) | peak | self._size_copy_fields(timer, base["bytes"], m,
-                                                                                        meas), meas.samples
+            row |= measurement_fields(meas, base) | peak | self._size_copy_fields(timer, base["bytes"], m, meas)
+            yield with_stages(row, timer, parts, note, (v.family, v.name, case.id)), meas.samples
 
     def _size_copy_fields(self, timer: Timer, nbytes: int, mode: str, meas: Measurement) -> dict[str, Any]:
         """The row's time against a copy of its bytes (the faster of two copy kernels: `size_matched_copies`),

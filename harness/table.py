@@ -16,6 +16,7 @@ def _num(x: Any, fmt: str) -> str:
 
 FORMATS: dict[str, Callable[[Any], str]] = {
     "median_us": lambda x: _num(x, ".2f"),
+    "latency_us": lambda x: _num(x, ".1f"),
     "host_us": lambda x: _num(x, ".1f"),
     "rel_spread": lambda x: "-" if x is None or x != x else f"±{100 * x:.1f}%",
     "gbps": lambda x: _num(x, ".0f"),
@@ -35,14 +36,17 @@ FORMATS: dict[str, Callable[[Any], str]] = {
     "peak_mem_mb": lambda x: _num(x, ".0f"),
 }
 HEADERS = {"median_us": "median us", "host_us": "host us", "rel_spread": "±ci", "gbps": "GB/s",
-           "pct_peak_bw": "%copyBW", "pct_size_copy": "%sizecopy",
+           "pct_peak_bw": "%copyBW", "pct_size_copy": "%sizecopy", "latency_us": "latency us",
            "median_us_a": "A us", "median_us_b": "B us", "tol_usage": "tol used", "x_floor": "xfloor",
            "rel_err": "rel err", "resident_mb": "resident MB", "peak_mem_mb": "peak MB"}
 
 
+OPTIONAL = {"latency_us"}  # columns only some families fill: shown only when a row has a value
+
+
 def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str:
     """Fixed-width table of `columns`; long text cells are cut to `max_width`."""
-    cols = [c for c in columns if c in df.columns]
+    cols = [c for c in columns if c in df.columns and not (c in OPTIONAL and df[c].isna().all())]
     cells = []
     for _, row in df.iterrows():
         line = []
@@ -60,7 +64,7 @@ def render(df: pd.DataFrame, columns: Sequence[str], max_width: int = 60) -> str
     return "\n".join([fmt(heads), fmt(["-" * w for w in widths]), *(fmt(r) for r in cells)])
 
 
-BENCH_COLUMNS = ["family", "variant", "case", "mode", "median_us", "rel_spread", "n", "host_us", "gbps",
+BENCH_COLUMNS = ["family", "variant", "case", "mode", "median_us", "rel_spread", "n", "host_us", "latency_us", "gbps",
                  "pct_peak_bw", "x_floor", "pct_size_copy", "speedup", "status", "reason"]
 CHECK_COLUMNS = ["family", "variant", "case", "status", "max_abs", "tol_usage", "mismatches", "detail"]
 COMPARE_COLUMNS = ["family", "variant", "case", "mode", "median_us_a", "median_us_b", "ratio", "p", "threshold",

@@ -37,7 +37,10 @@ Interleaved (`measure_interleaved`, for `dpk ab`): several callables sampled in 
 the same batches of the same loop, so a drift of clocks or host speed during the measurement touches every side
 alike; it stops when every side has its precision, or at the budget.
 
-CPU runs use the same loop and statistics with `clock` (time.perf_counter by default; tests inject a fake clock).
+Latency (`latency`, timer "wall"): host wall time from a call to its output on the host, the device idle (and on a
+GPU its L2 flushed) before each sample: what a caller that acts on the result waits for. It and CPU runs use one
+host-clock loop with the same warm-up, stopping rule and statistics, on `clock` (time.perf_counter by default; tests
+inject a fake clock; on a GPU always perf_counter).
 """
 from __future__ import annotations
 
@@ -52,7 +55,7 @@ import torch
 from .clocks import ClockTrace, nvml_for
 from .registry import Unavailable
 from .stats import Stats, summarize
-from .timing_aids import Side, flush_buffer, host_probe_s, sm_hz
+from .timing_aids import Side, capture_graph, flush_buffer, host_probe_s, sm_hz, to_host
 
 TIMING_ENGINE = 4  # stored in each run's fingerprint; a change to what a sample measures bumps it (caveats.py)
 MODES = ("cold", "hot", "graph")
@@ -81,7 +84,7 @@ class TimingConfig:
 @dataclass
 class Measurement:
     mode: str
-    timer: str  # "cuda_event" or "perf_counter"
+    timer: str  # "cuda_event", "perf_counter" (CPU runs) or "wall" (latency)
     samples: list[float]  # seconds per call
     stats: Stats
     host_s: float | None = None  # median host-side cost of one call
@@ -121,8 +124,11 @@ class Timer:
         self._sync()
         return time.perf_counter() - t0
 
+    def _host_clock(self) -> Callable[[], float]:
+        return self.cfg.clock if not self.cuda else time.perf_counter
+
     def _warmup(self, fn: Callable[[], Any]) -> None:
-        clock = self.cfg.clock if not self.cuda else time.perf_counter
+        clock = self._host_clock()
         end = clock() + self.cfg.warmup_s
         calls = 0
         while calls < 3 or clock() < end:
@@ -149,6 +155,11 @@ class Timer:
         """Sample `fn` in `mode` ('cold' | 'hot' | 'graph')."""
         return self.measure_interleaved([fn], mode)[0]
 
+    def latency(self, fn: Callable[[], Any]) -> Measurement:
+        """Wall time from calling `fn` to its output on the host (`.cpu()` of a tensor, or of each tensor of a
+        tuple/list; a sync when it returns none), each sample started on an idle device with L2 flushed on a GPU."""
+        return self._host_loop([fn], "latency")[0]
+
     def measure_interleaved(self, fns: Sequence[Callable[[], Any]], mode: str) -> list[Measurement]:
         """Sample several callables in turn (A, B, A, B, ... within each batch of one loop), one Measurement
         each, in `fns`' order. Sampling stops when every side has its precision, or at the budget."""
@@ -164,7 +175,7 @@ class Timer:
             del replays
             return ms
         if not self.cuda:
-            return self._measure_cpu(list(fns), mode)  # perf_counter costs ~0.1 us: one call per sample is fine
+            return self._host_loop(list(fns), mode)  # perf_counter costs ~0.1 us: one call per sample is fine
         if mode == "hot":
             return self._measure_cuda([self._hot_batch(fn) for fn in fns], "hot")
         return self._measure_cuda([(fn, 1) for fn in fns], mode)
@@ -178,8 +189,10 @@ class Timer:
                 fn()
         return batch, m
 
-    def _measure_cpu(self, fns: list[Callable[[], Any]], mode: str) -> list[Measurement]:
-        clock = self.cfg.clock
+    def _host_loop(self, fns: list[Callable[[], Any]], mode: str) -> list[Measurement]:
+        """The host-clock loop: CPU runs (a call per sample) and latency (flush and an idle device before each
+        sample, the output brought to the host inside it)."""
+        clock, wall = self._host_clock(), mode == "latency"
         for fn in fns:
             self._warmup(fn)
         sides: list[list[float]] = [[] for _ in fns]
@@ -187,13 +200,17 @@ class Timer:
         deadline = start + self.cfg.budget_s
         while not (stopped := self._done(sides, start, deadline, clock())):
             for fn, samples in zip(fns, sides):
-                if mode == "cold":
+                if mode == "cold" or (wall and self.cuda):
                     self._flush()
+                if wall:
+                    self._sync()  # flush done, device idle: nothing queued before the call is charged to it
                 t0 = clock()
-                fn()
+                out = fn()
+                if wall and not to_host(out):
+                    self._sync()  # no tensor came back: the result is ready when the device is idle
                 samples.append(clock() - t0)
-        return [Measurement(mode, "perf_counter", s, summarize(s), host_s=summarize(s).median, stopped=stopped)
-                for s in sides]
+        return [Measurement(mode, "wall" if wall else "perf_counter", s, summarize(s),
+                            host_s=None if wall else summarize(s).median, stopped=stopped) for s in sides]
 
     def _measure_cuda(self, calls: list[tuple[Callable[[], Any], int]], mode: str) -> list[Measurement]:
         """The GPU loop over one or more sides, each `(fn, k)`: fn makes k calls, a sample is its time / k."""
@@ -249,35 +266,16 @@ class Timer:
         e1.synchronize()  # one sample at a time: see "One sample in flight" above
         b_samples.append(e0.elapsed_time(e1) / 1e3 / side.k)
 
-    def _graph(self, fn: Callable[[], Any], calls: int) -> torch.cuda.CUDAGraph:
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        try:
-            with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph requires
-                for _ in range(3):
-                    fn()
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for _ in range(calls):
-                    fn()
-        except Unavailable:
-            raise
-        except Exception as e:
-            torch.cuda.synchronize(self.device)
-            raise Unavailable(f"CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0]}") from e
-        return graph
-
     def _capture(self, fn: Callable[[], Any]) -> tuple[Callable[[], Any], int]:
         """K back-to-back calls of `fn` in one CUDA graph, K sized from a 4-call graph's replay time (device
         time, whatever the host costs: a few covered samples of the same loop) so that a replay lasts
         ~graph_target_s."""
-        pilot = self._graph(fn, 4)
+        pilot = capture_graph(fn, 4, self.device)
         quick = replace(self.cfg, min_samples=3, budget_s=0.0, warmup_s=0.0)
         per_call = Timer(self.device, quick)._measure_cuda([(pilot.replay, 4)], "graph")[0].stats.min
         del pilot
         k = self._calls_per_sample(fn, self.cfg.graph_target_s, self.cfg.graph_max_calls, per_call)
-        return self._graph(fn, k).replay, k
+        return capture_graph(fn, k, self.device).replay, k
 
     def _cover_cycles(self, fn: Callable[[], Any]) -> int:
         """Spin cycles that outlast enqueueing one call: cover_factor x its median host cost + margin."""

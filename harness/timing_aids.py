@@ -1,5 +1,6 @@
 """What the timing engine needs besides its loop: the L2 flush buffer, the spin clock, the host probe, the state
-the loop keeps per timed callable, and the size-matched copy that a row's bandwidth is also judged against."""
+the loop keeps per timed callable, CUDA graph capture, the copy of an output to the host (latency), and the
+size-matched copy that a row's bandwidth is also judged against."""
 from __future__ import annotations
 
 import functools
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 
 from .clocks import nvml_for
+from .registry import Unavailable
 
 CPU_FLUSH_CAP = 64 << 20  # CPU runs exercise the harness; a 0.5 GB flush per sample (server LLCs) is not worth it
 
@@ -86,6 +88,34 @@ def size_matched_copies(nbytes: int, device: torch.device) -> list[Callable[[], 
     src = torch.randn(n, device=device)
     dst = torch.empty_like(src)
     return [lambda: dst.copy_(src), lambda: torch.mul(src, 1.0, out=dst)]
+
+
+def capture_graph(fn: Callable[[], Any], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
+    """`calls` back-to-back calls of `fn` captured in one CUDA graph, after a warm-up on a side stream."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    try:
+        with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph requires
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Unavailable:
+        raise
+    except Exception as e:
+        torch.cuda.synchronize(device)
+        raise Unavailable(f"CUDA graph capture failed: {type(e).__name__}: {str(e).splitlines()[0]}") from e
+    return graph
+
+
+def to_host(out: Any) -> int:
+    """Copy a call's output to the host as a caller acting on it must (`.cpu()` of a tensor, or of each tensor of a
+    tuple/list); returns how many tensors came back."""
+    outs = out if isinstance(out, (tuple, list)) else (out,)
+    return len([t.cpu() for t in outs if isinstance(t, torch.Tensor)])
 
 
 @dataclass
