@@ -34,8 +34,16 @@ def staged_rows(df: pd.DataFrame, family: str) -> tuple[str | None, pd.DataFrame
 
 
 def _names(d: pd.DataFrame) -> list[str]:
-    """Every stage name of the rows, in first-seen order: one colour per name across panels."""
-    return list(dict.fromkeys(n for v in d.stages for n in stage_times(v)))
+    """Every stage name of the rows, in call order (a name first seen in a later row goes before the next name it
+    precedes there, e.g. an encoder only some cases run): one colour per name across panels."""
+    out: list[str] = []
+    for v in d.stages:
+        names = list(stage_times(v))
+        for i, n in enumerate(names):
+            if n not in out:
+                after = next((m for m in names[i + 1:] if m in out), None)
+                out.insert(out.index(after) if after else len(out), n)
+    return out
 
 
 def segments(row: pd.Series) -> list[tuple[str, float]]:
@@ -95,6 +103,7 @@ def plot_stages(df: pd.DataFrame, family: str, plots: Path) -> list[Path]:
         legend = {}
         for ax in axes.flat:
             legend |= dict(zip(*reversed(ax.get_legend_handles_labels())))
+        legend = {n: legend[n] for n in style if n in legend}  # call order, then host / other
         fig.legend(legend.values(), legend.keys(), loc="center left", bbox_to_anchor=(1, 0.5), fontsize=8)
         more = f", panels {first + 1}-{first + len(part)} of {len(panels)}" if len(panels) > PANELS else ""
         fig.suptitle(f"{family}: where one call's time goes ({mode}{more})\nstages timed alone x count; "

@@ -13,7 +13,7 @@ from dpk.runner import Selection, Session
 
 from ._helpers import ROOT, gpu_test
 
-registry.load([ROOT / "kernels"], strict=True)
+REG = registry.load([ROOT / "kernels"], strict=True)
 REF = importlib.import_module("dpk.families.policy.reference")
 CHUNK = importlib.import_module("dpk.families.policy._chunk")
 ORACLE = importlib.import_module("dpk.families.policy._oracle")
@@ -167,6 +167,47 @@ def test_work_is_steps_times_the_conv_floor(session):
     ddim = session.find_case("policy", "blog_b1_ddim16", "pusht")
     per_forward = NET.conv_bytes(NET.case_config(case.p), torch.float32)
     assert REF.work(case).bytes == 100 * per_forward and REF.work(ddim).bytes == 16 * per_forward
+
+
+def staged(variant: str, inputs: tuple) -> dict:
+    hook = REG.variant("policy", variant).stages
+    return {s.name: (s.count, s.fn()) for s in hook(*inputs)}
+
+
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_enc_b2_ddim16"])
+def test_eager_stages_are_the_parts_of_the_call(session, name):
+    """encoder (when on) once, unet and step S times, each the loop's own part at the middle step."""
+    _case, inputs = inputs_of(session, name)
+    chunk, S = inputs[-1], inputs[-1].steps
+    want = {"unet": S, "step": S} | ({"encoder": 1} if chunk.encoder is not None else {})
+    p = importlib.import_module("dpk.families.policy._stages").probe(*inputs)
+    for variant in ("eager_diffusers", "eager_loop"):
+        got = staged(variant, inputs)
+        assert {n: c for n, (c, _) in got.items()} == want and list(got)[-2:] == ["unet", "step"]
+        assert torch.allclose(got["unet"][1], p.eps, atol=1e-5) and got["step"][1].shape == p.x.shape
+        if chunk.encoder is not None:
+            assert next(iter(got)) == "encoder" and torch.equal(got["encoder"][1], p.cond)
+    x_next = STEPS.fused_step(p.eps, p.x, inputs[3][p.k + 1], chunk.step_indices(CPU)[p.k], chunk.schedule)
+    assert torch.equal(staged("eager_loop", inputs)["step"][1], x_next)
+
+
+@gpu_test
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_enc_b2_ddim16"])
+def test_graph_stages_replay_the_parts(name):
+    """Each graph variant's stages replay (after its first call, as the runner calls the hook) and leave the
+    variant's next call correct."""
+    dev = torch.device("cuda")
+    s = Session(strict=True, device=dev)
+    inputs = REF.make_inputs(s.find_case("policy", name, "smoke"), dev)
+    want = TV.eager_loop(*inputs)
+    for variant in ("graph_loop", "graph_per_step", "kernels_loop"):
+        fn = REG.variant("policy", variant).fn
+        fn(*inputs)
+        stages = REG.variant("policy", variant).stages(*inputs)
+        assert [st.name for st in stages][-2:] == ["unet", "step"], variant
+        for st in stages:
+            st.fn()
+        assert float((fn(*inputs) - want).abs().max()) < 1e-3, variant
 
 
 @gpu_test

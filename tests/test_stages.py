@@ -14,7 +14,7 @@ import torch
 import dpk
 from dpk import cli, results, stages, timing
 from dpk.cases import SuiteError
-from dpk.report_stages import HOST, PANELS, REST, plot_stages, segments
+from dpk.report_stages import HOST, PANELS, REST, _names, plot_stages, segments
 from dpk.runner import Selection, Session
 from dpk.timing import Timer, TimingConfig
 
@@ -206,6 +206,9 @@ def test_bars_end_at_the_latency_and_more_cases_make_more_figures(tmp_path):
     made = plot_stages(df, "chunk", tmp_path)
     assert [p.name for p in made] == ["stages_chunk.png", "stages_chunk_2.png"] and all(p.exists() for p in made)
     assert plot_stages(df.assign(stages=None), "chunk", tmp_path) == []
+    later = pd.DataFrame([row("a", "v", {"unet": 1.0, "step": 1.0}, 3.0),
+                          row("b", "v", {"encoder": 1.0, "unet": 1.0, "step": 1.0}, 4.0)])
+    assert _names(later) == ["encoder", "unet", "step"]  # a stage only later cases run keeps its place in the call
 
 
 def test_show_without_latency_has_no_latency_column(tmp_path, capsys):

@@ -14,6 +14,7 @@ streamed per step.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -25,6 +26,7 @@ from ..unet1d._launch import compiled_program
 from ..unet1d._net import Call
 from ._checks import check_inputs
 from ._chunk import Chunk, capture, condition, copy_in, info_of, static_copies
+from ._stages import Part, Probe, probe, stages
 from .torch_variants import TORCH_COMPUTE
 
 KERNEL_NEEDS = ("cuda", "nvcc", "sm90")
@@ -53,8 +55,21 @@ def _capture_per_step(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
             "bytes": torch.cuda.memory_allocated(dev) - before}
 
 
+def kernel_step(p: Probe) -> Part:
+    """denoise's kernel for the middle step, into a buffer of its own (the call writes x in place)."""
+    z, k, out = p.inputs[3][p.k + 1], p.chunk.step_indices(p.device)[p.k], torch.empty_like(p.x)
+    return lambda: step_cuda(p.eps, p.x, z, k, p.chunk.schedule, out=out)
+
+
+def _per_step_stages(*inputs: Any) -> list[dpk.Stage]:
+    p = probe(*inputs)
+    module, k = p.chunk.net.module, torch.tensor([p.k], device=p.device)
+    ts = p.chunk.timesteps(p.device)
+    return stages(p, lambda: module(p.x, ts.index_select(0, k), p.cond), kernel_step(p), graphed=True)
+
+
 @dpk.variant("policy", "graph_per_step", needs=("cuda", "nvcc"), compute=TORCH_COMPUTE, graph=False,
-             against="eager_diffusers", info=info_of("graph_per_step"))
+             against="eager_diffusers", info=info_of("graph_per_step"), stages=_per_step_stages)
 def graph_per_step(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                    noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """One CUDA graph per step (forward + denoise kernel, step index in device memory), replayed S times."""
@@ -97,11 +112,27 @@ def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
         cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
         return step_form_loop(chunk, cond, noise, io, lambda: program.launch(io, ranges=False), step_cuda)
     graph, out = capture(body, dev)
-    return {"graph": graph, "static": static, "out": out, "bytes": torch.cuda.memory_allocated(dev) - before}
+    return {"graph": graph, "static": static, "out": out, "io": io, "program": program,
+            "bytes": torch.cuda.memory_allocated(dev) - before}
+
+
+def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
+    """encoder: the conditioning and FiLM's observation part; unet: the timestep copy and the layer kernels.
+    They run on the buffers of the chunk's graph, which rewrites all of them at the start of every call."""
+    p = probe(*inputs)
+    st = p.chunk.prepare("kernels_loop", inputs[3], lambda: _capture_kernels(p.chunk, *inputs[:4]))
+    io, program, B = st["io"], st["program"], p.x.shape[0]
+    t_k = p.chunk.timesteps(p.device)[p.k]
+
+    def unet() -> torch.Tensor:
+        io["t"].copy_(t_k.expand(B))
+        return program.launch(io, ranges=False)
+    return stages(p, unet, kernel_step(p), graphed=True,
+                  encoder=lambda: io["obs"].copy_(observe(p.chunk.net.module, p.encode(), B)))
 
 
 @dpk.variant("policy", "kernels_loop", needs=KERNEL_NEEDS, compute="float32", graph=False,
-             against="eager_diffusers", info=info_of("kernels_loop"))
+             against="eager_diffusers", info=info_of("kernels_loop"), stages=_kernels_stages)
 def kernels_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                  noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """The whole chunk in one CUDA graph: unet1d's layer kernels in the step form + the denoise kernel."""

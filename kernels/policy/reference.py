@@ -74,7 +74,8 @@ def work(case: dpk.Case) -> dpk.Work:
 
 
 @dpk.family("policy", make_inputs=make_inputs, tolerance=tolerance, work=work,
-            params=("checkpoint", "weights_seed", "num_inference_steps", "scheduler", "eta", "noise_generator"))
+            params=("checkpoint", "weights_seed", "num_inference_steps", "scheduler", "eta", "noise_generator"),
+            latency=True)
 def reference(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
               noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """The chunk in float64: float64 U-Net and encoder, denoise's float64 step, the same noise."""

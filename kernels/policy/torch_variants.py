@@ -24,6 +24,7 @@ from ..denoise._noise import generator
 from ..denoise._steps import fused_step, scheduler_for
 from ._checks import check_inputs
 from ._chunk import Chunk, capture, condition, copy_in, static_copies
+from ._stages import Probe, probe, stages
 
 TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 ENCODER, UNET, STEP = Ranges("encoder"), Ranges("unet"), Ranges("step")  # the stages, for nsys / ncu filters
@@ -51,7 +52,24 @@ def diffusers_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor,
     return x
 
 
-@dpk.variant("policy", "eager_diffusers", needs=("diffusers",), baseline=True, compute=TORCH_COMPUTE, graph=False)
+def diffusers_stages(p: Probe, forward: Any) -> list[dpk.Stage]:
+    """The U-Net through `forward(x, t, cond)` at diffusers' host timestep, and diffusers' step with its
+    generator, both eager."""
+    s, sch = p.chunk.schedule, scheduler_for(p.chunk.schedule)
+    gen, t = generator(p.chunk.noise, p.device), sch.timesteps[p.k]
+    kw = {"eta": s.eta} if s.scheduler == "ddim" else {}
+    return stages(p, lambda: forward(p.x, t, p.cond),
+                  lambda: sch.step(p.eps, t, p.x, generator=gen, **kw).prev_sample, graphed=False)
+
+
+def _eager_diffusers_stages(*inputs: Any) -> list[dpk.Stage]:
+    p = probe(*inputs)
+    module = p.chunk.net.module
+    return diffusers_stages(p, lambda x, t, c: module(x, t, global_cond=c))
+
+
+@dpk.variant("policy", "eager_diffusers", needs=("diffusers",), baseline=True, compute=TORCH_COMPUTE, graph=False,
+             stages=_eager_diffusers_stages)
 def eager_diffusers(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                     noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """Upstream Diffusion Policy: eager U-Net + diffusers' scheduler.step with a seeded generator."""
@@ -70,19 +88,27 @@ def _compiled(chunk: Chunk) -> dict:
     return {"fn": torch.compile(forward, mode="reduce-overhead")}
 
 
+def _compiled_forward(chunk: Chunk, noise: torch.Tensor) -> Any:
+    """`(x, t, cond) -> eps` as LeRobot calls the compiled U-Net: t made on the device per step."""
+    fn, B, dev = chunk.prepare("compiled", noise, lambda: _compiled(chunk))["fn"], noise.shape[1], noise.device
+    return lambda x, t, c: fn(x, torch.full((B,), int(t), dtype=torch.long, device=dev), c)
+
+
+def _compiled_stages(*inputs: Any) -> list[dpk.Stage]:
+    p = probe(*inputs)
+    return diffusers_stages(p, _compiled_forward(p.chunk, inputs[3]))
+
+
 @dpk.variant("policy", "compiled", needs=("cuda", "triton", "diffusers"), compute=TORCH_COMPUTE, graph=False,
-             against="eager_diffusers")
+             against="eager_diffusers", stages=_compiled_stages)
 def compiled(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
              noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """LeRobot's loop with compile_model: torch.compile(reduce-overhead) U-Net, diffusers' step; the first call
     compiles (the row's first_call_s)."""
-    B = check_inputs(global_cond, image, agent_pos, noise, chunk, "compiled")
-    st = chunk.prepare("compiled", noise, lambda: _compiled(chunk))
-    fn, dev = st["fn"], noise.device
+    check_inputs(global_cond, image, agent_pos, noise, chunk, "compiled")
+    forward = _compiled_forward(chunk, noise)
     with torch.no_grad():
-        cond = _cond(chunk, global_cond, image, agent_pos)
-        return diffusers_loop(chunk, cond, noise,
-                              lambda x, t, c: fn(x, torch.full((B,), int(t), dtype=torch.long, device=dev), c))
+        return diffusers_loop(chunk, _cond(chunk, global_cond, image, agent_pos), noise, forward)
 
 
 def fused_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor) -> torch.Tensor:
@@ -98,7 +124,17 @@ def fused_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor) -> 
     return x
 
 
-@dpk.variant("policy", "eager_loop", compute=TORCH_COMPUTE, against="eager_diffusers")
+def fused_stages(*inputs: Any, graphed: bool) -> list[dpk.Stage]:
+    """fused_loop's parts at the middle step: the U-Net at the device timestep, torch_fused's step."""
+    p = probe(*inputs)
+    chunk, noise = p.chunk, inputs[3]
+    ts, idx = chunk.timesteps(p.device), chunk.step_indices(p.device)
+    return stages(p, lambda: chunk.net.module(p.x, ts[p.k], p.cond),
+                  lambda: fused_step(p.eps, p.x, noise[p.k + 1], idx[p.k], chunk.schedule), graphed=graphed)
+
+
+@dpk.variant("policy", "eager_loop", compute=TORCH_COMPUTE, against="eager_diffusers",
+             stages=lambda *inputs: fused_stages(*inputs, graphed=False))
 def eager_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """The loop graph_loop captures, run eagerly: device timesteps, torch_fused step, pre-drawn noise."""
@@ -119,7 +155,8 @@ def _capture_loop(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
             "bytes": torch.cuda.memory_allocated(chunk.net.device) - before}
 
 
-@dpk.variant("policy", "graph_loop", needs=("cuda",), compute=TORCH_COMPUTE, graph=False, against="eager_diffusers")
+@dpk.variant("policy", "graph_loop", needs=("cuda",), compute=TORCH_COMPUTE, graph=False, against="eager_diffusers",
+             stages=lambda *inputs: fused_stages(*inputs, graphed=True))
 def graph_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """Every step of the chunk (and the encoder) in one CUDA graph: copy in, replay, clone the actions out."""
