@@ -209,8 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--suite", default=None)
     sp.add_argument("--calls", type=int, default=1)
     sp.set_defaults(fn=cmd_once)
-    sp = sub.add_parser("report", parents=[common], help="results/report.md with plots of a stored run")
-    sp.add_argument("run", nargs="?", default="latest", help="path, run id, latest or latest~N")
+    sp = sub.add_parser("report", parents=[common], help="results/report.md with plots of stored runs")
+    sp.add_argument("run", nargs="*", default=["latest"],
+                    help="path, run id, latest or latest~N; several runs of one machine go into one report")
     sp.add_argument("--out", help="folder for report.md and plots/ (default: the results dir)")
     sp.set_defaults(fn=cmd_report)
     sp = sub.add_parser("env", help="print this machine's environment fingerprint")

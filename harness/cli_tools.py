@@ -159,8 +159,8 @@ def cmd_report(a: argparse.Namespace) -> int:
     from .report import history_for, write_report
 
     rd = paths.results_dir(a.results_dir)
-    run = resolve_run(a.run, rd)
-    path = write_report(run, history_for(run, rd), Path(a.out) if a.out else rd)
+    runs = [resolve_run(r, rd) for r in a.run]
+    path = write_report(runs, history_for(runs[0], rd), Path(a.out) if a.out else rd)
     print(f"wrote {path}")
     return 0
 

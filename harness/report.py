@@ -1,4 +1,4 @@
-"""`dpk report`: results/report.md with PNG plots of one stored run and the history of its machine.
+"""`dpk report`: results/report.md with PNG plots of stored runs of one machine and that machine's history.
 
 Plots (matplotlib, Agg): speedup over the family baseline per case, latency against bytes moved,
 % of measured copy bandwidth, parity error as a share of the tolerance, history over commits, and for families
@@ -7,6 +7,7 @@ whose rows have `stages` where one call's time goes (report_stages.py).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import matplotlib
@@ -162,20 +163,43 @@ def _save(fig: plt.Figure, path: Path) -> Path:
     return path
 
 
-def write_report(run: Run, history: list[Run], out_dir: Path) -> Path:
+def _header(run: Run) -> list[str]:
+    fp = run.fingerprint
+    return [f"GPU **{fp.get('gpu') or 'none (CPU: ' + str(fp.get('cpu')) + ')'}**, torch {fp.get('torch')}, "
+            f"CUDA {fp.get('cuda')}, triton {fp.get('triton')}, git `{(fp.get('git_sha') or '?')[:10]}`"
+            f"{' (dirty)' if fp.get('git_dirty') else ''}, {fp.get('timestamp')}. Measured copy bandwidth "
+            f"{fp.get('copy_gbps', 0):.0f} GB/s; TF32 cuDNN={fp.get('tf32_cudnn')} matmul={fp.get('tf32_matmul')}.",
+            "", f"Times are medians in microseconds ({'CUDA events' if fp.get('gpu') else 'perf_counter'}). "
+            f"`cold`: L2 flushed before every sample ({fp.get('l2_flush', 'write flush')}); launch hiding: "
+            f"{fp.get('cold_launch', OLD_COLD)}. "
+            f"`hot`: {run.hot_mode()}. `graph`: CUDA-graph replay / calls (launch overhead "
+            "removed). Speedup is against the family's baseline variant.", ""]
+
+
+def combined(runs: Sequence[Run]) -> pd.DataFrame:
+    """The rows of several runs of one machine, each family from one run only (its speedups are that run's)."""
+    machines = {r.fingerprint.get("machine") for r in runs}
+    if len(machines) != 1:
+        raise ValueError(f"runs of different machines ({', '.join(sorted(map(str, machines)))}): report them apart")
+    seen: dict[str, str] = {}
+    for r in runs:
+        for fam in dict.fromkeys(r.df.family):
+            if fam in seen:
+                raise ValueError(f"family {fam!r} is in runs {seen[fam]} and {r.run_id}: report them apart")
+            seen[fam] = r.run_id
+    return pd.concat([r.df for r in runs], ignore_index=True)
+
+
+def write_report(runs: Sequence[Run], history: list[Run], out_dir: Path) -> Path:
+    """report.md and plots/ of one run, or of several runs of one machine (e.g. a baseline of the kernel
+    families and a run of a whole-model family), each with its own header."""
     plots = out_dir / "plots"
     plots.mkdir(parents=True, exist_ok=True)
-    df, fp = run.df, run.fingerprint
-    lines = [f"# dpk report: run {run.run_id}", "",
-             f"GPU **{fp.get('gpu') or 'none (CPU: ' + str(fp.get('cpu')) + ')'}**, torch {fp.get('torch')}, "
-             f"CUDA {fp.get('cuda')}, triton {fp.get('triton')}, git `{(fp.get('git_sha') or '?')[:10]}`"
-             f"{' (dirty)' if fp.get('git_dirty') else ''}, {fp.get('timestamp')}. Measured copy bandwidth "
-             f"{fp.get('copy_gbps', 0):.0f} GB/s; TF32 cuDNN={fp.get('tf32_cudnn')} matmul={fp.get('tf32_matmul')}.",
-             "", f"Times are medians in microseconds ({'CUDA events' if fp.get('gpu') else 'perf_counter'}). "
-             f"`cold`: L2 flushed before every sample ({fp.get('l2_flush', 'write flush')}); launch hiding: "
-             f"{fp.get('cold_launch', OLD_COLD)}. "
-             f"`hot`: {run.hot_mode()}. `graph`: CUDA-graph replay / calls (launch overhead "
-             "removed). Speedup is against the family's baseline variant.", ""]
+    df, fp = combined(runs), runs[0].fingerprint
+    lines = [f"# dpk report: run{'s' if len(runs) > 1 else ''} {', '.join(r.run_id for r in runs)}", ""]
+    for r in runs:
+        fams = ", ".join(dict.fromkeys(r.df.family))
+        lines += ([f"Run `{r.run_id}` ({fams}):", ""] if len(runs) > 1 else []) + _header(r)
     made = [plot_parity(df, plots / "parity.png"),
             plot_bandwidth(df, plots / "bandwidth.png", fp.get("copy_gbps") or float("nan")),
             plot_history(history, plots / "history.png")]

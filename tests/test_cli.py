@@ -55,6 +55,9 @@ def test_bench_show_compare_round_trip(tmp_path, capsys, monkeypatch):
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert cli.main(["compare", "latest~1", "latest", "--results-dir", str(tmp_path), "--all"]) in (0, 1)
     assert "A = " in capsys.readouterr().out
+    # several runs make one report only when each family comes from one of them
+    assert cli.main(["report", "latest~1", "latest", "--results-dir", str(tmp_path)]) == 2
+    assert "family 'toy' is in runs" in capsys.readouterr().err
 
 
 def test_bench_without_size_copy_leaves_its_columns_empty(tmp_path):

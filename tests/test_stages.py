@@ -191,6 +191,15 @@ def test_report_draws_where_a_call_goes(chunk, tmp_path, capsys):
     assert "eager        n8.fp32      9000.0     9000.0   1000.0  6000.0  1500.0        NaN      NaN      1.0" in table
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert "latency us" in capsys.readouterr().out
+    # with a run of another family on the same machine: one report, a header per run, both families
+    other = results.RunWriter(tmp_path, fingerprint(), {})
+    other.add({"family": "toy", "variant": "a", "case": "m7.fp32", "dtype": "float32", "mode": "hot",
+               "status": "ok", "median_us": 1.0, "n": 3}, [1e-6] * 3)
+    runs = [str(w.json_path), str(other.json_path)]
+    assert cli.main(["report", *runs, "--results-dir", str(tmp_path), "--out", str(tmp_path / "both")]) == 0
+    both = (tmp_path / "both" / "report.md").read_text()
+    assert f"Run `{w.run_id}` (chunk)" in both and f"Run `{other.run_id}` (toy)" in both
+    assert "## chunk" in both and "## toy" in both and "plots/stages_chunk.png" in both
 
 
 def test_bars_end_at_the_latency_and_more_cases_make_more_figures(tmp_path):
