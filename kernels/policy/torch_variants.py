@@ -89,8 +89,11 @@ def _compiled(chunk: Chunk) -> dict:
 
 
 def _compiled_forward(chunk: Chunk, noise: torch.Tensor) -> Any:
-    """`(x, t, cond) -> eps` as LeRobot calls the compiled U-Net: t made on the device per step."""
-    fn, B, dev = chunk.prepare("compiled", noise, lambda: _compiled(chunk))["fn"], noise.shape[1], noise.device
+    """`(x, t, cond) -> eps` as LeRobot calls the compiled U-Net: t made on the device per step. One compiled
+    function per net, shape and device, whatever the schedule: a chunk's schedule does not reach the U-Net."""
+    B, dev = noise.shape[1], noise.device
+    key = ("policy", "compiled", tuple(noise.shape[1:]), str(dev), chunk.encoder is not None)
+    fn = chunk.net.prepare(key, lambda: _compiled(chunk))["fn"]
     return lambda x, t, c: fn(x, torch.full((B,), int(t), dtype=torch.long, device=dev), c)
 
 
