@@ -47,7 +47,8 @@ def _capture_per_step(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
     start, cond = capture(prologue, dev)
 
     def one_step() -> None:
-        eps = module(x, ts.index_select(0, k.view(1)), cond)  # (1,) timestep, expanded to the batch
+        # (1,) timestep, expanded to the batch; the U-Net's output is a transposed view: the kernel reads rows
+        eps = module(x, ts.index_select(0, k.view(1)), cond).contiguous()
         step_cuda(eps, x, noise.index_select(0, (k + 1).view(1))[0], k, sched, out=x)
         k.add_(1)
     step, _ = capture(one_step, dev)
@@ -65,7 +66,7 @@ def _per_step_stages(*inputs: Any) -> list[dpk.Stage]:
     p = probe(*inputs)
     module, k = p.chunk.net.module, torch.tensor([p.k], device=p.device)
     ts = p.chunk.timesteps(p.device)
-    return stages(p, lambda: module(p.x, ts.index_select(0, k), p.cond), kernel_step(p), graphed=True)
+    return stages(p, lambda: module(p.x, ts.index_select(0, k), p.cond).contiguous(), kernel_step(p), graphed=True)
 
 
 @dpk.variant("policy", "graph_per_step", needs=("cuda", "nvcc"), compute=TORCH_COMPUTE, graph=False,
