@@ -21,6 +21,7 @@ from .timing import MODES, Measurement, Timer, TimingConfig
 from .timing_aids import size_matched_copies
 
 US = 1e6
+SIZE_COPY_MAX = 1 << 30  # bytes: larger copies run at the fingerprint's copy bandwidth (its probe moves 512 MiB)
 
 
 def default_device() -> torch.device:
@@ -160,11 +161,16 @@ class Session:
     def _size_copy_fields(self, timer: Timer, nbytes: int, mode: str, meas: Measurement) -> dict[str, Any]:
         """The row's time against a copy of its bytes (the faster of two copy kernels: `size_matched_copies`),
         timed in the same mode right after the row, not once per size: two measurements of one small copy made
-        far apart can differ by more than the effect the ratio is meant to show."""
-        if not self.size_copy or not nbytes:
+        far apart can differ by more than the effect the ratio is meant to show. Past SIZE_COPY_MAX bytes (e.g. a
+        whole chunk's 100 reads of the weights) a copy runs at the fingerprint's copy bandwidth, which `x_floor`
+        already compares with, and may not fit in memory: the columns stay empty."""
+        if not self.size_copy or not nbytes or nbytes > SIZE_COPY_MAX:
             return {}
         nbytes = int(nbytes)
-        copies = [ranged(c, "dpk", "size_copy", f"{nbytes}B") for c in size_matched_copies(nbytes, self.device)]
+        try:
+            copies = [ranged(c, "dpk", "size_copy", f"{nbytes}B") for c in size_matched_copies(nbytes, self.device)]
+        except torch.OutOfMemoryError:  # beside what the variant keeps resident: not the row's failure
+            return {}
         copy_us = min(timer.measure(c, mode).stats.median for c in copies) * US
         return {"size_copy_us": copy_us, "pct_size_copy": 100 * copy_us / (meas.stats.median * US)}
 

@@ -68,6 +68,17 @@ def test_bench_without_size_copy_leaves_its_columns_empty(tmp_path):
     assert (df["status"] == "ok").all() and df["size_copy_us"].isna().all() and df["pct_size_copy"].isna().all()
 
 
+def test_rows_past_the_size_copy_limit_get_no_size_copy(tmp_path, monkeypatch):
+    """A row of more bytes than SIZE_COPY_MAX (a chunk's 100 weight reads) is timed without allocating a copy."""
+    monkeypatch.setattr(runner, "SIZE_COPY_MAX", 1)
+    monkeypatch.setattr(runner, "size_matched_copies", lambda n, d: pytest.fail("a size copy was made"))
+    args = ["--family", "toy", "--variant", "torch", "--case", "m7_n13", "--mode", "hot", "--budget", "0.02",
+            "--results-dir", str(tmp_path), *TOY]
+    assert cli.main(["bench", *args]) == 0
+    df = results.resolve_run("latest", tmp_path).df
+    assert (df["status"] == "ok").all() and df["size_copy_us"].isna().all()
+
+
 @pytest.mark.skipif(DEVICE.type == "cuda", reason="graph mode runs on a GPU")
 def test_bench_graph_mode_on_cpu_is_unavailable_not_an_error(tmp_path):
     assert cli.main(["bench", "--family", "toy", "--variant", "torch", "--case", "m7_n13", "--mode", "graph",
