@@ -9,6 +9,7 @@ pays it. The row's latency minus the stages is what the report draws as host / o
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -61,8 +62,14 @@ def _eager(fn: Part) -> Part:
 
 
 def _graphed(fn: Part, device: torch.device) -> Part:
-    graph, _ = capture(fn, device)
-    return graph.replay
+    """A replay of `fn` captured; it keeps `fn` (and so the tensors its closure holds) and the graph's output
+    alive: the graph reads and writes their addresses, which a freed tensor would hand to the next allocation."""
+    graph, out = capture(fn, device)
+    return functools.partial(_replay, graph, fn, out)
+
+
+def _replay(graph: torch.cuda.CUDAGraph, *_alive: Any) -> None:
+    graph.replay()
 
 
 def stages(p: Probe, unet: Part, step: Part, *, graphed: bool, encoder: Part | None = None) -> list[dpk.Stage]:

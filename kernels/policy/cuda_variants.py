@@ -52,7 +52,8 @@ def _capture_per_step(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
         step_cuda(eps, x, noise.index_select(0, (k + 1).view(1))[0], k, sched, out=x)
         k.add_(1)
     step, _ = capture(one_step, dev)
-    return {"start": start, "step": step, "static": static, "x": x,
+    # the graphs hold raw addresses: every tensor they read or write must live as long as they do
+    return {"start": start, "step": step, "static": static, "x": x, "keep": (k, ts, cond),
             "bytes": torch.cuda.memory_allocated(dev) - before}
 
 
