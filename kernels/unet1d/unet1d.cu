@@ -14,9 +14,8 @@
 //      place (a float4 per thread and step where L is a power of two); CTAs store their share of X when the
 //      op materialises it;
 //   4. stages (run_segment): per tap, a transposed GEMM on m16n8k8 TF32 MMAs split 3 ways for fp32 accuracy;
-//      warps take (channel block, tap) units into two accumulator chains (six where registers allow: each
-//      product's three MMAs apart); slot reuse: every thread fences its generic reads of the slot, one barrier,
-//      thread 0 re-issues;
+//      warps take (channel block, tap) units into two accumulator chains; slot reuse: every thread fences its
+//      generic reads of the slot, one barrier, thread 0 re-issues;
 //   5. the warps' partial sums meet in shared memory; + bias; store.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
@@ -423,9 +422,7 @@ template <int COLS, int NBMAX, int T, int K>
 __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                             int stage_floats, unsigned bars, float* red) {
     constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
-    // accumulator chains: even / odd taps (with 4+ row blocks the MMAs interleave already), and where registers
-    // allow each of a 3xTF32 product's three MMAs in a chain of its own, so that they do not wait on each other
-    constexpr int TCH = NBMAX >= 4 ? 1 : 2, PCH = NBMAX * MT <= 2 ? 3 : 1, CH = TCH * PCH;
+    constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
     const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
@@ -486,10 +483,9 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                         split(w.y, bh1, bl1);
 #pragma unroll
                         for (int mt = 0; mt < MT; ++mt) {
-                            const int h = (t & (TCH - 1)) * PCH;
-                            mma_tf32(acc[h][rb][mt], alo[mt], bh0, bh1);
-                            mma_tf32(acc[h + (PCH - 1) / 2][rb][mt], ahi[mt], bl0, bl1);
-                            mma_tf32(acc[h + PCH - 1][rb][mt], ahi[mt], bh0, bh1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], alo[mt], bh0, bh1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bl0, bl1);
+                            mma_tf32(acc[t & (CH - 1)][rb][mt], ahi[mt], bh0, bh1);
                         }
                     }
                 }
@@ -511,10 +507,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 #pragma unroll
             for (int e = 0; e < 4; ++e) {  // d0: (j = g, r = 2q), d1: (g, 2q + 1), d2: (g + 8, 2q), d3: (g + 8, 2q + 1)
                 const int j = mt * 16 + g + (e >> 1) * 8, r = rb * 8 + 2 * q + (e & 1);
-                float sum = 0.0f;  // each tap chain's small products first, then its hi x hi products
-#pragma unroll
-                for (int h = 0; h < CH; ++h) sum += acc[h][rb][mt][e];
-                if (j < lo) red[(warp * rc + r) * lo + j] = sum;
+                if (j < lo) red[(warp * rc + r) * lo + j] = acc[0][rb][mt][e] + (CH > 1 ? acc[CH - 1][rb][mt][e] : 0.0f);
             }
         }
     }
