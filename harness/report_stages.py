@@ -94,7 +94,8 @@ def plot_stages(df: pd.DataFrame, family: str, plots: Path) -> list[Path]:
                 ax.text(left, y, _label(g.loc[v], left * scale, scale, unit), va="center", fontsize=8)
             ax.set_yticks(range(len(shown)), shown, fontsize=8)
             ax.invert_yaxis()
-            ax.set_xlim(0, 1.35 * longest / scale)
+            widest = max(sum(us for _, us in segments(g.loc[v])) for v in shown)
+            ax.set_xlim(0, 1.45 * widest / scale)  # per panel: a 16-step chunk beside a 100-step one stays readable
             ax.set_xlabel(f"time per call ({unit})")
             ax.set_title(f"{case} ({dtype})", fontsize=9)
             ax.grid(axis="x", alpha=0.3)
