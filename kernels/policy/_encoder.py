@@ -6,7 +6,7 @@
 What upstream diffusion_policy computes for DiffusionUnetImagePolicy.predict_action with obs_as_global_cond and a
 MultiImageObsEncoder holding one rgb key and one low-dim key, in eval mode:
   - frames flattened: (B, n_obs, ...) -> (B * n_obs, ...), frame t of sample b at row b * n_obs + t;
-  - the image transform Sequential(resize, crop randomizer, imagenet normalize): no resize here (see ENCODER.md);
+  - the image transform Sequential(resize, crop randomizer, imagenet normalize): no resize here (NOTES.md);
     CropRandomizer in eval takes torchvision's center crop (top = round((H - h) / 2), Python's round); with
     random_crop False upstream applies no crop at all (its CenterCrop is assigned and then overwritten), which a
     config expresses as crop_shape None; imagenet_norm subtracts ImageNet's mean and divides by its std;
