@@ -23,6 +23,16 @@ def gpu_test(fn):
     return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """For modules of tiny models: a second intra-op thread only adds hand-off cost (seconds on a busy 2-core
+    runner). Use: `pytestmark = pytest.mark.usefixtures("one_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session")
 def toy_registry() -> registry.Registry:
     return registry.load([TOY_KERNELS], strict=True)

@@ -40,12 +40,7 @@ UNET = U.UNetConfig(input_dim=2, global_cond_dim=1028, diffusion_step_embed_dim=
                     kernel_size=3, n_groups=8, cond_predict_scale=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def inputs(cfg: E.EncoderConfig, b: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

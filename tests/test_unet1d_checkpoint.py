@@ -50,13 +50,7 @@ FIXTURE_CONFIG = UNetConfig(input_dim=2, global_cond_dim=4, diffusion_step_embed
                             kernel_size=3, n_groups=4, cond_predict_scale=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These models are tiny: a second intra-op thread only adds hand-off cost (seconds on a busy 2-core runner)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def make_model(config: UNetConfig, seed: int = 0) -> torch.nn.Module:

@@ -24,10 +24,9 @@ from ..denoise._extension import step_cuda
 from ..unet1d._film import observe
 from ..unet1d._launch import compiled_program
 from ..unet1d._net import Call
-from ._checks import check_inputs
-from ._chunk import Chunk, capture, condition, copy_in, info_of, static_copies
+from ._chunk import Chunk, capture, condition, info_of, static_copies
 from ._stages import Part, Probe, probe, stages
-from .torch_variants import TORCH_COMPUTE
+from .torch_variants import TORCH_COMPUTE, graph_state
 
 KERNEL_NEEDS = ("cuda", "nvcc", "sm90")
 StepFn = Callable[..., torch.Tensor]  # (eps, x, z, step, schedule, out=) -> x of the next step, as step_cuda
@@ -75,10 +74,7 @@ def _per_step_stages(*inputs: Any) -> list[dpk.Stage]:
 def graph_per_step(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                    noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """One CUDA graph per step (forward + denoise kernel, step index in device memory), replayed S times."""
-    check_inputs(global_cond, image, agent_pos, noise, chunk, "graph_per_step")
-    inputs = (global_cond, image, agent_pos, noise)
-    st = chunk.prepare("graph_per_step", noise, lambda: _capture_per_step(chunk, *inputs))
-    copy_in(st["static"], *inputs)
+    st = graph_state("graph_per_step", (global_cond, image, agent_pos, noise, chunk), _capture_per_step)
     st["start"].replay()
     for _ in range(chunk.steps):
         st["step"].replay()
@@ -138,9 +134,6 @@ def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
 def kernels_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                  noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """The whole chunk in one CUDA graph: unet1d's layer kernels in the step form + the denoise kernel."""
-    check_inputs(global_cond, image, agent_pos, noise, chunk, "kernels_loop")
-    inputs = (global_cond, image, agent_pos, noise)
-    st = chunk.prepare("kernels_loop", noise, lambda: _capture_kernels(chunk, *inputs))
-    copy_in(st["static"], *inputs)
+    st = graph_state("kernels_loop", (global_cond, image, agent_pos, noise, chunk), _capture_kernels)
     st["graph"].replay()
     return st["out"].clone()

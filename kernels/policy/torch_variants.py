@@ -158,14 +158,21 @@ def _capture_loop(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
             "bytes": torch.cuda.memory_allocated(chunk.net.device) - before}
 
 
+def graph_state(variant: str, inputs: tuple, make: Any) -> dict:
+    """A graph variant's call up to its replay: the inputs checked, its state (graphs, buffers) prepared once by
+    `make(chunk, *inputs)`, this call's inputs copied into the captured buffers."""
+    chunk = inputs[-1]
+    check_inputs(*inputs, variant)
+    st = chunk.prepare(variant, inputs[3], lambda: make(chunk, *inputs[:4]))
+    copy_in(st["static"], *inputs[:4])
+    return st
+
+
 @dpk.variant("policy", "graph_loop", needs=("cuda",), compute=TORCH_COMPUTE, graph=False, against="eager_diffusers",
              stages=lambda *inputs: fused_stages(*inputs, graphed=True))
 def graph_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """Every step of the chunk (and the encoder) in one CUDA graph: copy in, replay, clone the actions out."""
-    check_inputs(global_cond, image, agent_pos, noise, chunk, "graph_loop")
-    inputs = (global_cond, image, agent_pos, noise)
-    st = chunk.prepare("graph_loop", noise, lambda: _capture_loop(chunk, *inputs))
-    copy_in(st["static"], *inputs)
+    st = graph_state("graph_loop", (global_cond, image, agent_pos, noise, chunk), _capture_loop)
     st["graph"].replay()
     return st["out"].clone()
