@@ -13,6 +13,7 @@ copy the inputs in, replay, clone the actions out; no host work per step.
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -88,13 +89,35 @@ def _compiled(chunk: Chunk) -> dict:
     return {"fn": torch.compile(forward, mode="reduce-overhead")}
 
 
+def _compiled_key(noise: torch.Tensor) -> tuple:
+    """One compiled function per net, shape and device, whatever the schedule: it does not reach the U-Net."""
+    return ("policy", "compiled", tuple(noise.shape[1:]), str(noise.device))
+
+
 def _compiled_forward(chunk: Chunk, noise: torch.Tensor) -> Any:
-    """`(x, t, cond) -> eps` as LeRobot calls the compiled U-Net: t made on the device per step. One compiled
-    function per net, shape and device, whatever the schedule: a chunk's schedule does not reach the U-Net."""
+    """`(x, t, cond) -> eps` as LeRobot calls the compiled U-Net: t made on the device per step. Its first call
+    compiles and records the graphs: its time is kept (`compile_s`, the rows' prepare_s)."""
     B, dev = noise.shape[1], noise.device
-    key = ("policy", "compiled", tuple(noise.shape[1:]), str(dev), chunk.encoder is not None)
-    fn = chunk.net.prepare(key, lambda: _compiled(chunk))["fn"]
-    return lambda x, t, c: fn(x, torch.full((B,), int(t), dtype=torch.long, device=dev), c)
+    st = chunk.net.prepare(_compiled_key(noise), lambda: _compiled(chunk))
+
+    def forward(x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        t_dev = torch.full((B,), int(t), dtype=torch.long, device=dev)
+        if "compile_s" in st:
+            return st["fn"](x, t_dev, cond)
+        t0 = time.perf_counter()
+        eps = st["fn"](x, t_dev, cond)
+        torch.cuda.synchronize(dev)
+        st["compile_s"] = time.perf_counter() - t0
+        return eps
+    return forward
+
+
+def _compiled_info(*inputs: Any) -> dict:
+    """resident_mb: the weights (the compiled graphs' pool is torch's); prepare_s: the first compiled call."""
+    noise, chunk = inputs[-2], inputs[-1]
+    st = chunk.net.prepared.get(_compiled_key(noise), {})
+    return {"resident_mb": chunk.net.weight_bytes() / 1e6} | (
+        {"prepare_s": st["compile_s"]} if "compile_s" in st else {})
 
 
 def _compiled_stages(*inputs: Any) -> list[dpk.Stage]:
@@ -103,11 +126,11 @@ def _compiled_stages(*inputs: Any) -> list[dpk.Stage]:
 
 
 @dpk.variant("policy", "compiled", needs=("cuda", "triton", "diffusers"), compute=TORCH_COMPUTE, graph=False,
-             against="eager_diffusers", stages=_compiled_stages)
+             against="eager_diffusers", stages=_compiled_stages, info=_compiled_info)
 def compiled(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
              noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
-    """LeRobot's loop with compile_model: torch.compile(reduce-overhead) U-Net, diffusers' step; the first call
-    compiles (the row's first_call_s)."""
+    """LeRobot's loop with compile_model: torch.compile(reduce-overhead) U-Net, diffusers' step; the first U-Net
+    call compiles (the rows' prepare_s)."""
     check_inputs(global_cond, image, agent_pos, noise, chunk, "compiled")
     forward = _compiled_forward(chunk, noise)
     with torch.no_grad():
