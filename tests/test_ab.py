@@ -33,7 +33,8 @@ def test_a_slower_than_b_fails(tmp_path, capsys):
     row = next(line for line in out.splitlines() if line.startswith("m7_n13.fp32"))
     assert "SLOWER" in row and "A is SLOWER than B: 1" in out
     a_us, b_us, ratio = (float(x) for x in row.split()[2:5])
-    assert 150 < a_us < 300 and 50 < b_us < 150 and ratio == pytest.approx(b_us / a_us, rel=0.01)
+    # the table's columns agree with each other (A's and B's medians and their ratio), whatever the host's speed
+    assert b_us < a_us and ratio == pytest.approx(b_us / a_us, rel=0.01)
 
 
 def test_parity_failure_on_side_b_is_reported_not_timed(tmp_path, capsys):
