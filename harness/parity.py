@@ -32,6 +32,7 @@ from . import guards
 from .cases import Case
 from .nvtx import Ranges
 from .registry import Family, Registry, Unavailable, Variant, unavailable_reason
+from .timing_aids import graph_of
 from .tolerance import Tolerance, torch_dtype
 
 MAX_FIRST_BAD = 5
@@ -254,14 +255,8 @@ def _against(fam: Family, other: Variant, case: Case, device: torch.device, inpu
 def _graph_recheck(fam: Family, v: Variant, case: Case, device: torch.device, res: ParityResult) -> None:
     static = fam.make_inputs(case, device)
     try:
-        side = torch.cuda.Stream(device)
-        side.wait_stream(torch.cuda.current_stream(device))
-        with torch.cuda.stream(side):
-            v.fn(*static)
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph), Ranges(fam.name, v.name, case.id):
-            out = v.fn(*static)
+        with Ranges(fam.name, v.name, case.id):
+            graph, out = graph_of(lambda: v.fn(*static), device, warmup=1)
     except Exception as e:
         torch.cuda.synchronize(device)
         res.notes.append(f"not graph-capturable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")

@@ -90,19 +90,30 @@ def size_matched_copies(nbytes: int, device: torch.device) -> list[Callable[[], 
     return [lambda: dst.copy_(src), lambda: torch.mul(src, 1.0, out=dst)]
 
 
-def capture_graph(fn: Callable[[], Any], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
-    """`calls` back-to-back calls of `fn` captured in one CUDA graph, after a warm-up on a side stream."""
+def graph_of(fn: Callable[[], Any], device: torch.device, warmup: int = 2, calls: int = 1
+             ) -> tuple[torch.cuda.CUDAGraph, Any]:
+    """`calls` back-to-back calls of `fn` captured in one CUDA graph, after `warmup` calls on a side stream (as
+    torch.cuda.graph requires; cuDNN picks its algorithms, lazy tables and extensions are built outside the
+    capture). Returns the graph and the last captured call's output, which lives in the graph's memory pool: the
+    graph writes it on every replay. Grad mode is the caller's (wrap the call in torch.no_grad() for inference)."""
     side = torch.cuda.Stream(device)
     side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph, out = torch.cuda.CUDAGraph(), None
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            out = fn()
+    return graph, out
+
+
+def capture_graph(fn: Callable[[], Any], calls: int, device: torch.device) -> torch.cuda.CUDAGraph:
+    """The timing engine's graph: `calls` calls of `fn` (graph_of, 3 warm-up calls); a failed capture makes the
+    row unavailable."""
     try:
-        with torch.cuda.stream(side):  # warm-up on a side stream, as torch.cuda.graph requires
-            for _ in range(3):
-                fn()
-        torch.cuda.current_stream(device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            for _ in range(calls):
-                fn()
+        graph, _ = graph_of(fn, device, warmup=3, calls=calls)
     except Unavailable:
         raise
     except Exception as e:

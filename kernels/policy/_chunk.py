@@ -22,6 +22,8 @@ from typing import Any
 
 import torch
 
+from dpk.timing_aids import graph_of
+
 from ..denoise._noise import NoiseSpec, generator, randn_as_diffusers
 from ..denoise._schedule import Schedule
 from ..denoise._steps import draws_noise
@@ -92,17 +94,10 @@ def condition(chunk: Chunk, global_cond: torch.Tensor | None, image: torch.Tenso
 
 
 def capture(fn: Callable[[], Any], device: torch.device) -> tuple[torch.cuda.CUDAGraph, Any]:
-    """`fn` captured in one CUDA graph after two warm-up calls on a side stream (cuDNN picks its algorithms,
-    lazy tables and extensions are built outside the capture); returns the graph and fn's captured output."""
-    side = torch.cuda.Stream(device)
-    side.wait_stream(torch.cuda.current_stream(device))
-    with torch.no_grad(), torch.cuda.stream(side):
-        for _ in range(2):
-            fn()
-    torch.cuda.current_stream(device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        out = fn()
+    """`fn` captured in one CUDA graph without autograd (the harness's graph_of: two warm-up calls on a side
+    stream); returns the graph and fn's captured output."""
+    with torch.no_grad():
+        graph, out = graph_of(fn, device)
     torch.cuda.synchronize(device)
     return graph, out
 

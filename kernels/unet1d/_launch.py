@@ -18,6 +18,7 @@ import torch
 import dpk
 import dpk.build
 from dpk.nvtx import Ranges
+from dpk.timing_aids import graph_of
 
 from ._net import Call
 from ._plan import SMEM_MAX, Buf, Op, Segment, Source
@@ -205,15 +206,7 @@ class Compiled:
         """The whole forward as one CUDA graph, captured on first use of this input address set."""
         e = self._entry(io)
         if e["graph"] is None:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                self.launch(io, ranges=False)  # warm-up outside capture
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                self.launch(io, ranges=False)
-            e["graph"] = g
+            e["graph"], _ = graph_of(lambda: self.launch(io, ranges=False), self.device, warmup=1)
         e["graph"].replay()
         return e["out"]
 

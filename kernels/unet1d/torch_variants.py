@@ -16,6 +16,7 @@ from collections.abc import Callable
 import torch
 
 import dpk
+from dpk.timing_aids import graph_of
 
 from ._checks import check_inputs
 from ._net import Call
@@ -49,15 +50,8 @@ def _capture(call: Call, sample: torch.Tensor, timestep: torch.Tensor, global_co
              obs: torch.Tensor) -> dict:
     before = torch.cuda.memory_allocated(sample.device)
     static = [t.clone() for t in (sample, timestep, global_cond, obs)]
-    side = torch.cuda.Stream(sample.device)
-    side.wait_stream(torch.cuda.current_stream(sample.device))
-    with torch.no_grad(), torch.cuda.stream(side):
-        for _ in range(2):  # warm-up outside capture (cuDNN picks its algorithms)
-            call.torch_forward(call.net.module, *static)
-    torch.cuda.current_stream(sample.device).wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        out = call.torch_forward(call.net.module, *static)
+    with torch.no_grad():  # two warm-up calls outside the capture: cuDNN picks its algorithms
+        graph, out = graph_of(lambda: call.torch_forward(call.net.module, *static), sample.device)
     torch.cuda.synchronize(sample.device)
     return {"graph": graph, "static": static, "out": out,
             "bytes": torch.cuda.memory_allocated(sample.device) - before}
