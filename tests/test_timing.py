@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from dpk import stats
+from dpk import stats, timing
 from dpk.registry import Unavailable
 from dpk.timing import Timer, TimingConfig
 
@@ -134,8 +134,8 @@ def test_graph_mode_does_not_time_the_host_submitting_a_replay(monkeypatch):
             time.sleep(1e-4)
             self.graph.replay()
 
-    capture = Timer._graph
-    monkeypatch.setattr(Timer, "_graph", lambda self, fn, calls: SlowReplay(capture(self, fn, calls)))
+    capture = timing.capture_graph
+    monkeypatch.setattr(timing, "capture_graph", lambda fn, calls, device: SlowReplay(capture(fn, calls, device)))
     slow = timer.measure(lambda: x.add_(1), "graph")
     assert slow.calls_per_sample >= plain.calls_per_sample // 2, (slow.calls_per_sample, plain.calls_per_sample)
     assert slow.stats.median < 1.5 * plain.stats.median, (slow.stats.median, plain.stats.median)
