@@ -16,7 +16,7 @@ from .cases import Case
 from .env import copy_bandwidth_gbps
 from .nvtx import ranged
 from .registry import Registry, Unavailable, Variant, Work, unavailable_reason
-from .stages import latency_fields, stages_of, with_stages
+from .stages import STAGED, latency_fields, stages_of, with_stages
 from .timing import MODES, Measurement, Timer, TimingConfig
 from .timing_aids import size_matched_copies
 
@@ -143,7 +143,8 @@ class Session:
             base |= v.info(*inputs)
         if fam.latency and modes:
             base |= latency_fields(timer, fn)
-        parts, note = stages_of(v.stages, inputs)
+        # a hook may capture graphs of each part: only when a cold or hot row will time them
+        parts, note = stages_of(v.stages, inputs) if set(modes) & set(STAGED) else ([], "")
         for m in modes:
             row = base | {"mode": m, "first_call_s": first}
             if m == "graph" and not v.graph:

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import dpk
-from dpk import cli, results, stages, timing
+from dpk import cli, results, runner, stages, timing
 from dpk.cases import SuiteError
 from dpk.report_stages import HOST, PANELS, REST, _names, plot_stages, segments
 from dpk.runner import Selection, Session
@@ -226,3 +226,15 @@ def test_show_without_latency_has_no_latency_column(tmp_path, capsys):
            "median_us": 1.0, "n": 3}, [1e-6] * 3)
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert "latency" not in capsys.readouterr().out
+
+
+def test_a_run_without_cold_or_hot_rows_does_not_build_stages(chunk, monkeypatch):
+    """A hook may capture a graph per part: a graph-only run, which times no stages, must not pay for it."""
+    session, cfg = chunk
+    called: list[str] = []
+    real = runner.stages_of
+    monkeypatch.setattr(runner, "stages_of", lambda hook, inputs: called.append("hook") or real(hook, inputs))
+    bench(session, cfg, "graph")
+    assert called == []
+    bench(session, cfg, "cold")
+    assert called
