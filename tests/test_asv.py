@@ -1,7 +1,9 @@
 """asv per commit on CPU: a planted 20% slowdown in one variant is flagged (exit 1); an unchanged commit is not.
 
 Builds a throw-away git repo holding this checkout's harness, the asv adapter and the toy family, with
-three commits: base, an unrelated change, and a slowdown planted in `toy.spin` (SPIN_US 200 -> 240).
+three commits: base, an unrelated change, and a slowdown planted in `toy.spin` (SPIN_US 2000 -> 2400). The spin
+is 2 ms here, not the toy's 200 us: between asv's processes the ~30 us of Python around each call moves by up
+to 10% of a 200 us call on a busy 2-core box, which made the unchanged commit read "faster" at factor 1.1.
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ def asv_repo(tmp_path_factory) -> tuple[Path, dict[str, str], list[str]]:
     shutil.copy(ROOT / "asv.conf.json", repo / "asv.conf.json")
     (repo / "ci").mkdir()
     shutil.copy(ROOT / "ci" / "asv-commits", repo / "ci" / "asv-commits")
+    spin = repo / "kernels" / "toy" / "spin.py"
+    spin.write_text(spin.read_text().replace("SPIN_US = 200.0", "SPIN_US = 2000.0"))
     git(repo, "init", "-q", "-b", "main")
     git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
     shas = []
@@ -45,8 +49,7 @@ def asv_repo(tmp_path_factory) -> tuple[Path, dict[str, str], list[str]]:
         if msg == "unchanged":
             (repo / "NOTES").write_text("an unrelated change\n")
         if msg == "plant":
-            spin = repo / "kernels" / "toy" / "spin.py"
-            spin.write_text(spin.read_text().replace("SPIN_US = 200.0", "SPIN_US = 240.0"))
+            spin.write_text(spin.read_text().replace("SPIN_US = 2000.0", "SPIN_US = 2400.0"))
         git(repo, "add", "-A")
         git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", msg)
         shas.append(git(repo, "rev-parse", "HEAD"))
