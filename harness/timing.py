@@ -37,10 +37,10 @@ Interleaved (`measure_interleaved`, for `dpk ab`): several callables sampled in 
 the same batches of the same loop, so a drift of clocks or host speed during the measurement touches every side
 alike; it stops when every side has its precision, or at the budget.
 
-Latency (`latency`, timer "wall"): host wall time from a call to its output on the host, the device idle (and on a
-GPU its L2 flushed) before each sample: what a caller that acts on the result waits for. It and CPU runs use one
-host-clock loop with the same warm-up, stopping rule and statistics, on `clock` (time.perf_counter by default; tests
-inject a fake clock; on a GPU always perf_counter).
+Latency (`latency`; `latencies` samples several in turn; timer "wall"): host wall time from a call to its output
+on the host, the device idle (and on a GPU its L2 flushed) before each sample: what a caller that acts on the
+result waits for. It and CPU runs use one host-clock loop with the same warm-up, stopping rule and statistics,
+on `clock` (time.perf_counter by default; tests inject a fake clock; on a GPU always perf_counter).
 """
 from __future__ import annotations
 
@@ -158,7 +158,13 @@ class Timer:
     def latency(self, fn: Callable[[], Any]) -> Measurement:
         """Wall time from calling `fn` to its output on the host (`.cpu()` of a tensor, or of each tensor of a
         tuple/list; a sync when it returns none), each sample started on an idle device with L2 flushed on a GPU."""
-        return self._host_loop([fn], "latency")[0]
+        return self.latencies([fn])[0]
+
+    def latencies(self, fns: Sequence[Callable[[], Any]]) -> list[Measurement]:
+        """`latency` of several callables sampled in turn (A, B, A, B, ...), one Measurement each, in order."""
+        if not fns:
+            raise ValueError("nothing to measure")
+        return self._host_loop(list(fns), "latency")
 
     def measure_interleaved(self, fns: Sequence[Callable[[], Any]], mode: str) -> list[Measurement]:
         """Sample several callables in turn (A, B, A, B, ... within each batch of one loop), one Measurement

@@ -8,11 +8,12 @@ import json
 
 import pytest
 import torch
+import yaml
 
 import dpk
 from dpk import registry
 
-from ._helpers import ROOT
+from ._helpers import ROOT, gpu_test
 
 registry.load([ROOT / "kernels"], strict=True)
 FMT = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
@@ -65,7 +66,10 @@ def test_sampling_settings_keep_the_training_schedule():
 def test_loaded_policy_is_the_upstream_loop(tmp_path):
     """A seeded call equals eager_diffusers (upstream's loop) with that seed; the executed steps are sliced."""
     policy = dpk.load_policy(dp_ckpt(tmp_path), batch=2, device="cpu")
-    assert policy.variant == "eager_loop" and any("kernels_loop" in n for n in policy.notes)
+    # raced at load: the two variants that run on a CPU, timed; the faster one checked and kept
+    assert set(policy.load_latency_ms) == {"eager_loop", "eager_diffusers"}
+    assert policy.variant == min(policy.load_latency_ms, key=policy.load_latency_ms.get)
+    assert any("kernels_loop" in n for n in policy.notes) and any("latency at load" in n for n in policy.notes)
     cond = torch.randn(2, CONFIG.global_cond_dim, generator=torch.Generator().manual_seed(0))
     out = policy.predict(cond, seed=11)
     assert out["action_pred"].shape == (2, 8, 3) and torch.equal(out["action"], out["action_pred"][:, 1:5])
@@ -83,6 +87,9 @@ def test_forced_variant_and_bad_input(tmp_path):
     ckpt = dp_ckpt(tmp_path)
     policy = dpk.load_policy(ckpt, variant="eager_diffusers", scheduler="ddpm100", device="cpu", verify=False)
     assert policy.variant == "eager_diffusers" and policy.chunk.steps == 100
+    cond = torch.randn(1, CONFIG.global_cond_dim)
+    assert not torch.equal(policy(cond), policy(cond))  # it draws its own noise: a fresh seed per unseeded call
+    assert torch.equal(policy(cond, seed=3), policy(cond, seed=3))
     with pytest.raises(RuntimeError, match="graph_loop: needs a CUDA GPU"):
         dpk.load_policy(ckpt, variant="graph_loop", device="cpu")
     with pytest.raises(ValueError, match=r"global_cond must be \(1, 6\)"):
@@ -112,8 +119,8 @@ def test_observation_in_actions_out_in_environment_units(tmp_path):
     ckpt = FMT.save_diffusion_policy_ckpt(UNET.build(unet_cfg, 2), tmp_path / "obs.ckpt", cfg=cfg,
                                           extra_prefixes=False,
                                           others=OF.dp_encoder_tensors(encoder) | OF.dp_normalizer_tensors(fields))
-    by_obs = dpk.load_policy(ckpt, device="cpu", verify=False)
-    by_cond = dpk.load_policy(ckpt, device="cpu", verify=False, observation=False)
+    by_obs = dpk.load_policy(ckpt, device="cpu", verify=False, pick="order")
+    by_cond = dpk.load_policy(ckpt, device="cpu", verify=False, observation=False, pick="order")
     assert by_obs.chunk.encoder is not None and by_cond.chunk.encoder is None
     g = torch.Generator().manual_seed(1)
     image, pos = torch.rand(2, 1, 3, 20, 20, generator=g), torch.rand(2, 1, 2, generator=g) * 500
@@ -127,3 +134,62 @@ def test_observation_in_actions_out_in_environment_units(tmp_path):
         by_obs(cond)
     with pytest.raises(ValueError, match="no image encoder"):
         dpk.load_policy(dp_ckpt(tmp_path), device="cpu", observation=True)
+
+
+def test_pick_follows_the_measured_latency_and_falls_back_on_parity(tmp_path, monkeypatch):
+    """pick="measure" takes the fastest candidate as timed; one that fails parity gives way to the next fastest;
+    pick="order" takes the first of PREFERENCE that runs, untimed."""
+    reg = registry.load([ROOT / "kernels"], families=["policy"])
+    runtime = importlib.import_module("dpk.families.policy._runtime")
+    ckpt = str(dp_ckpt(tmp_path))
+    kw = {"config": None, "weights_seed": 0, "scheduler": None, "batch": 1, "horizon": None,
+          "device": torch.device("cpu"), "variant": None, "observation": None}
+    raced = []
+
+    def fake_race(reg, case, device, names, cfg=None):
+        raced.append(list(names))
+        return {"eager_loop": 9.0, "eager_diffusers": 4.0}
+
+    monkeypatch.setattr(runtime, "race", fake_race)
+    policy = runtime.load(reg, ckpt, verify=True, **kw)
+    assert raced == [["eager_loop", "eager_diffusers"]] and policy.variant == "eager_diffusers"
+    assert policy.load_latency_ms == {"eager_loop": 9.0, "eager_diffusers": 4.0}
+    assert "latency at load: eager_diffusers 4 ms, eager_loop 9 ms" in policy.notes
+
+    checked = []
+
+    def fake_parity(reg, case, device, name):
+        checked.append(name)
+        return "parity fail: planted" if name == "eager_diffusers" else ""
+
+    monkeypatch.setattr(runtime, "_parity", fake_parity)
+    policy = runtime.load(reg, ckpt, verify=True, **kw)
+    assert checked == ["eager_diffusers", "eager_loop"] and policy.variant == "eager_loop"
+    assert "eager_diffusers: parity fail: planted" in policy.notes
+
+    raced.clear()
+    policy = runtime.load(reg, ckpt, verify=False, pick="order", **kw)
+    assert policy.variant == "eager_loop" and not raced and not policy.load_latency_ms
+    policy = runtime.load(reg, ckpt, verify=False, candidates=["eager_diffusers"], **kw)
+    assert policy.variant == "eager_diffusers" and not raced  # one candidate: nothing to race
+    with pytest.raises(ValueError, match="pick must be one of measure, order"):
+        runtime.load(reg, ckpt, verify=False, pick="fastest", **kw)
+    with pytest.raises(ValueError, match=r"unknown policy variant.*graph_loops"):
+        runtime.load(reg, ckpt, verify=False, candidates=["graph_loops"], **kw)
+
+
+@gpu_test
+@pytest.mark.parametrize("config,batch", [("blog", 1), ("pusht_image", 8)])
+def test_every_default_candidate_is_raced_on_a_gpu(config, batch):
+    """On a GPU every default candidate prepares (kernels, graphs, diffusers) and is timed; the policy keeps the
+    fastest as measured, which passed parity on these weights. The latencies go to the log (-s)."""
+    fields = dict(yaml.safe_load((ROOT / "suites" / "policy.yaml").read_text())["configs"][config])
+    horizon = fields.pop("T")
+    policy = dpk.load_policy(config=fields, scheduler="ddim16", batch=batch, horizon=horizon, device="cuda")
+    runtime = importlib.import_module("dpk.families.policy._runtime")
+    lat = policy.load_latency_ms
+    print(f"\n{torch.cuda.get_device_name()} {config} B={batch} ddim16: kept {policy.variant};",
+          ", ".join(f"{n} {ms:.3f} ms" for n, ms in sorted(lat.items(), key=lambda kv: kv[1])))
+    assert set(lat) == set(runtime.RACED) and policy.variant == min(lat, key=lat.get)
+    cond = torch.randn(batch, fields["global_cond_dim"])
+    assert policy(cond, seed=1).shape == (batch, horizon, fields["input_dim"])

@@ -75,6 +75,22 @@ def test_latency_is_wall_time_to_the_output_on_the_host():
     assert timing.to_host((torch.ones(1), 3, [torch.ones(1)], torch.ones(2))) == 2 and timing.to_host(None) == 0
 
 
+def test_latencies_sample_their_callables_in_turn():
+    """`Timer.latencies` (what dpk.load_policy races candidates with): A, B, A, B, ..., one Measurement each."""
+    clock, order = Clock(), []
+
+    def call(name: str, cost_s: float) -> torch.Tensor:
+        order.append(name)
+        clock.t += cost_s
+        return torch.zeros(1)
+    cfg = TimingConfig(clock=clock, warmup_s=0.0, min_samples=4, min_time_s=0.0, budget_s=1.0)
+    a, b = Timer(CPU, cfg).latencies([lambda: call("a", 2e-3), lambda: call("b", 5e-3)])
+    assert a.stats.median == pytest.approx(2e-3) and b.stats.median == pytest.approx(5e-3)
+    assert order[6:] == ["a", "b"] * 4  # after three warm-up calls each
+    with pytest.raises(ValueError, match="nothing to measure"):
+        Timer(CPU, cfg).latencies([])
+
+
 def test_latency_sample_starts_flushed_and_idle_and_ends_on_the_host(monkeypatch):
     """On a GPU (here a fake one): flush, then synchronize, both outside the timed call; the output comes to the
     host inside it, and a call that returns no tensor is waited for with a synchronize."""

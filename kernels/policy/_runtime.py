@@ -1,22 +1,27 @@
 """The policy a robot's control loop calls: weights loaded once, the fastest variant that runs here picked and
 checked, its graphs captured at load; conditioning in, action chunk out (dpk.load_policy builds it).
 
-The variant is the first of PREFERENCE that is available on this device and prepares for these weights (a
-variant raising dpk.Unavailable while preparing, e.g. kernels_loop on a shape it has no kernel for, passes to
-the next): at B = 1 kernels_loop leads every stored run by 4x (kernels/policy/NOTES.md). Where another wins,
-pass `variant=`: graph_loop at B = 8 on Push-T image; compiled on 16 DDIM steps without the kernels (21.6 against
-graph_loop's 25.3 ms, blog, H200). With `verify`, the family's parity engine checks it first on the user's
-weights (random conditioning, the derived tolerance against the float64 oracle, the anti-cheat checks):
-a policy that would act on wrong numbers does not load.
+The variant (pick="measure", the default): every candidate that is available on this device and prepares for
+these weights (a variant raising dpk.Unavailable while preparing, e.g. kernels_loop on a shape it has no kernel
+for, drops out) is timed at load by the timing engine's latency loop, all of them in turn (`Timer.latencies`:
+host wall time from the call to the actions on the host), and the fastest wins. No single order is right: at
+B = 1 kernels_loop leads every stored run by 4x, at B = 8 on Push-T image graph_loop beats it, and without the
+kernels compiled beats graph_loop on 16 DDIM steps (kernels/policy/NOTES.md). The default candidates leave out
+`compiled` (its torch.compile costs minutes at load on the larger configs): name it in `candidates` to race it.
+pick="order" takes the first of PREFERENCE that prepares, untimed. With `verify`, the family's parity engine
+checks the winner on the user's weights (random conditioning, the derived tolerance against the float64 oracle,
+the anti-cheat checks), and the next fastest where it fails: a policy that would act on wrong numbers does not load.
 
 Noise per call: diffusers' exact stream from `seed` (NoiseSpec on a CPU generator: what every variant and
 eager_diffusers draw for that seed), or, without a seed, one draw of the whole stack from the policy's own
-device generator (rows of steps that add no noise are multiplied by sigma = 0 or not read).
+device generator (rows of steps that add no noise are multiplied by sigma = 0 or not read), and for the variants
+that draw as diffusers does a fresh seed of a device generator.
 """
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +30,15 @@ import torch
 import dpk
 from dpk.parity import check as parity_check
 from dpk.registry import Registry, unavailable_reason
+from dpk.timing import Timer, TimingConfig
 
 from ..denoise._noise import NoiseSpec
 from ._chunk import Chunk, predraw
 from .reference import make_inputs
 
 PREFERENCE = ("kernels_loop", "graph_loop", "graph_per_step", "compiled", "eager_loop", "eager_diffusers")
+RACED = tuple(n for n in PREFERENCE if n != "compiled")  # pick="measure"'s default candidates
+PICKS = ("measure", "order")
 
 
 @dataclass
@@ -42,6 +50,7 @@ class Policy:
     fn: Callable[..., torch.Tensor]
     horizon: int
     notes: list[str] = field(default_factory=list)
+    load_latency_ms: dict[str, float] = field(default_factory=dict)  # pick="measure": each candidate's median
     normalizer: Any = None  # _normalizer.Normalizer: observation in, actions out in the environment's units
     # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps)
     action_slice: slice = field(default_factory=lambda: slice(None))
@@ -76,6 +85,8 @@ class Policy:
             if self._gen is None:
                 self._gen = torch.Generator(device=dev).manual_seed(torch.seed() & 0x7FFFFFFF)
             noise = torch.randn((chunk.steps + 1, *shape), generator=self._gen, device=dev)
+            # variants that draw as diffusers does (eager_diffusers, compiled) read a seed, not `noise`: a fresh one
+            chunk = dataclasses.replace(chunk, noise=NoiseSpec(torch.seed() & 0x7FFFFFFF, "device"))
         with torch.no_grad():
             actions = self.fn(global_cond, image, agent_pos, noise, chunk)
             if self.normalizer is not None:
@@ -88,33 +99,82 @@ class Policy:
         return self.predict(global_cond, **kw)["action"]
 
 
-def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | None, verify: bool
-           ) -> tuple[str, Callable, list[str]]:
-    """The variant to run: `variant`, or the first of PREFERENCE that is available, prepares and (with `verify`)
-    passes parity here; returns its name, function and why the others were passed over."""
-    names = [variant] if variant else list(PREFERENCE)
-    notes = []
+@dataclass
+class Choice:
+    name: str
+    fn: Callable[..., torch.Tensor]
+    notes: list[str]
+    latency_ms: dict[str, float]
+
+
+def _prepare(reg: Registry, case: dpk.Case, device: torch.device, name: str) -> str | None:
+    """Why `name` cannot run here ('' when it prepared: captured, compiled, packed once for these weights)."""
+    v = reg.variant("policy", name)
+    reason = unavailable_reason(v, device, case.dtype)
+    if reason is None:
+        try:
+            v.fn(*make_inputs(case, device))
+        except dpk.Unavailable as e:
+            reason = str(e)
+    return reason or ""
+
+
+def _parity(reg: Registry, case: dpk.Case, device: torch.device, name: str) -> str:
+    res = parity_check(reg, "policy", name, case, device)
+    return "" if res.status == "pass" else f"parity {res.status}: {res.summary()}"
+
+
+def race(reg: Registry, case: dpk.Case, device: torch.device, names: Sequence[str],
+         cfg: TimingConfig | None = None) -> dict[str, float]:
+    """Median action latency (ms) of each prepared variant in `names`, sampled in turn on the case's inputs."""
+    inputs = make_inputs(case, device)
+
+    def call(fn: Callable[..., torch.Tensor]) -> torch.Tensor:
+        with torch.no_grad():
+            return fn(*inputs)
+
+    cfg = cfg or TimingConfig(budget_s=2.0, min_samples=3, warmup_s=0.0)
+    ms = Timer(device, cfg).latencies([functools.partial(call, reg.variant("policy", n).fn) for n in names])
+    return {n: m.stats.median * 1e3 for n, m in zip(names, ms)}
+
+
+def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | None, verify: bool,
+           pick: str = "measure", candidates: Sequence[str] | None = None) -> Choice:
+    """The variant to run (see the module docstring): `variant`, else by `pick` among `candidates`; the notes say
+    why the others were passed over."""
+    if pick not in PICKS:
+        raise ValueError(f"load_policy: pick must be one of {', '.join(PICKS)} (got {pick!r})")
+    names = [variant] if variant else list(candidates or (RACED if pick == "measure" else PREFERENCE))
+    known = [v.name for v in reg.variants_of("policy")]
+    if unknown := [n for n in names if n not in known]:
+        raise ValueError(f"load_policy: unknown policy variant(s) {', '.join(unknown)}; known: {', '.join(known)}")
+    notes, ready, latency = [], [], {}
     for name in names:
-        v = reg.variant("policy", name)
-        reason = unavailable_reason(v, device, case.dtype)
-        if reason is None:
-            try:
-                v.fn(*make_inputs(case, device))  # prepares (captures, compiles, packs) once, for these weights
-            except dpk.Unavailable as e:
-                reason = str(e)
-        if reason is None and verify:
-            res = parity_check(reg, "policy", name, case, device)
-            if res.status != "pass":
-                reason = f"parity {res.status}: {res.summary()}"
-        if reason is None:
-            return name, v.fn, notes
+        reason = _prepare(reg, case, device, name)
+        if not reason and pick == "order" and verify:
+            reason = _parity(reg, case, device, name)
+        if not reason and pick == "order":
+            return Choice(name, reg.variant("policy", name).fn, notes, latency)
+        if reason:
+            notes.append(f"{name}: {reason}")
+        else:
+            ready.append(name)
+    if len(ready) > 1:
+        latency = race(reg, case, device, ready)
+        ready.sort(key=latency.__getitem__)
+        notes.append("latency at load: " + ", ".join(f"{n} {latency[n]:.4g} ms" for n in ready))
+    for name in ready:
+        reason = _parity(reg, case, device, name) if verify else ""
+        if not reason:
+            return Choice(name, reg.variant("policy", name).fn, notes, latency)
         notes.append(f"{name}: {reason}")
     raise RuntimeError("no policy variant runs here: " + "; ".join(notes))
 
 
 def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None, weights_seed: int,
          scheduler: str | dict[str, Any] | None, batch: int, horizon: int | None, device: torch.device,
-         variant: str | None, verify: bool, observation: bool | None) -> Policy:
+         variant: str | None, verify: bool, observation: bool | None, pick: str = "measure",
+         candidates: Sequence[str] | None = None) -> Policy:
     """A Policy of a checkpoint (or of seeded random weights of `config`): see dpk.load_policy."""
     from ._observation import load_observation_side
     from ._settings import checkpoint_settings, executed_steps, sampling_settings
@@ -132,8 +192,9 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
     if side is not None and side.encoder is not None and observation is not False:
         params["encoder"] = "resnet18_gn"
     case = dpk.make_case("policy", "load_policy", **params)
-    name, fn, notes = choose(reg, case, device, variant, verify)
+    choice = choose(reg, case, device, variant, verify, pick, candidates)
     chunk = make_inputs(case, device)[-1]
     normalizer = side.normalizer.to(device) if side is not None and side.normalizer is not None else None
-    return Policy(name, chunk, fn, params["T"], notes + (side.notes if side else []), normalizer=normalizer,
+    return Policy(choice.name, chunk, choice.fn, params["T"], choice.notes + (side.notes if side else []),
+                  load_latency_ms=choice.latency_ms, normalizer=normalizer,
                   action_slice=executed_steps(stored, params["T"]))
