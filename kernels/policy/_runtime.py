@@ -107,7 +107,7 @@ class Choice:
     latency_ms: dict[str, float]
 
 
-def _prepare(reg: Registry, case: dpk.Case, device: torch.device, name: str) -> str | None:
+def _prepare(reg: Registry, case: dpk.Case, device: torch.device, name: str) -> str:
     """Why `name` cannot run here ('' when it prepared: captured, compiled, packed once for these weights)."""
     v = reg.variant("policy", name)
     reason = unavailable_reason(v, device, case.dtype)
