@@ -118,7 +118,7 @@ def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
     """encoder: the conditioning and FiLM's observation part; unet: the timestep copy and the layer kernels.
     They run on the buffers of the chunk's graph, which rewrites all of them at the start of every call."""
     p = probe(*inputs)
-    st = p.chunk.prepare("kernels_loop", inputs[3], lambda: _capture_kernels(p.chunk, *inputs[:4]))
+    st = graph_state("kernels_loop", inputs, _capture_kernels)
     io, program, B = st["io"], st["program"], p.x.shape[0]
     t_k = p.chunk.timesteps(p.device)[p.k]
 
