@@ -105,20 +105,12 @@ def test_plans_respect_the_kernel(session, name, batch, form):
     for j, op in enumerate(prog.ops):
         assert op.smem_bytes == PLAN.smem_bytes(op) <= PLAN.SMEM_MAX
         assert op.threads == PLAN.threads_for(max(s.nb for s in op.segs))
-        assert op.grid == op.batch_grid * sum(s.ncta * s.split for s in op.segs)
+        assert op.grid == op.batch_grid * sum(s.ncta for s in op.segs)
         assert op.cin_pad >= op.cin and 1 <= op.ring <= PLAN.MAX_RING
         for s in op.segs:
             assert s.rc == 8 * s.nb and s.nb <= (PLAN.MAX_NB if op.cols <= 16 else 2)
             assert s.ncta * s.rc >= s.rows and s.nstages * s.cb >= s.cin and s.cb % 8 == 0
             assert (s.stage_floats * 4) % 16 == 0, "bulk copies move multiples of 16 bytes"
-            # the parts of a split cover every stage once, none empty; only raw-read outputs are split
-            assert [st for p in range(s.split) for st in s.part_stages(p)] == list(range(s.nstages))
-            assert all(len(s.part_stages(p)) for p in range(s.split)) and s.split <= PLAN.MAX_SPLIT
-            assert s.split == 1 or (s.splittable and s.part_n == op.batch_grid * s.ob and s.out.name != "out")
-        for s in op.srcs:  # a reader adds every partial sum of what it reads
-            writer = next((g for o in prog.ops for g in o.segs if s.raw is not None and g.out.name == s.raw.name),
-                          None)
-            assert s.nparts == (writer.split if writer else 1)
         for s in op.srcs:  # nothing the previous op wrote is read before the dependency wait
             for buf, flag in ((s.raw, s.early), (s.res, s.res_early), (s.film_a, s.coef_early)):
                 if flag and buf is not None:

@@ -42,11 +42,7 @@ def _values(mem: Memory, s: Source, b: int, L: int, dtype: torch.dtype) -> torch
         f = torch.exp(-i * (math.log(10000.0) / (half - 1)))
         arg = mem.flat(s.t)[:L].to(torch.float64)[None, :] * f
         return torch.where(c < half, torch.sin(arg), torch.cos(arg)).to(dtype)
-    i = b * s.sb + c * s.sc + l_idx * s.sl
-    v = mem.flat(s.raw)[i].to(dtype)
-    for p in range(1, s.nparts):  # a split producer's partial sums, added in part order as the kernel does
-        v = v + mem.flat(s.raw)[p * s.part_n + i].to(dtype)
-    return v
+    return mem.flat(s.raw)[b * s.sb + c * s.sc + l_idx * s.sl].to(dtype)
 
 
 def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int) -> torch.Tensor:
@@ -82,16 +78,11 @@ def _segment(mem: Memory, s: Segment, X: torch.Tensor, b: int) -> None:
     cols = torch.arange(s.l_out)[None, :] * s.stride + torch.arange(s.k)[:, None] - s.pad  # (k, l_out)
     valid = (cols >= 0) & (cols < L)
     Xcol = torch.where(valid[None], Xs[:, cols.clamp(0, L - 1)], torch.zeros((), dtype=X.dtype))  # (ci, k, j)
+    y = torch.einsum("rck,ckj->rj", W, Xcol)[: s.rows] + mem.flat(s.bias)[: s.rows, None].to(X.dtype)
     co = torch.arange(s.rows)[:, None]
     j = torch.arange(s.l_out)[None, :]
-    at = b * s.ob + co * s.oc + (j * s.ostep + s.ophase) * s.ol
-    for part in range(s.split):  # each part: its stages' channels; part 0 adds the bias and writes out
-        ch = slice(s.part_stages(part).start * s.cb, s.part_stages(part).stop * s.cb)
-        y = torch.einsum("rck,ckj->rj", W[:, ch], Xcol[ch])[: s.rows]
-        if part == 0:
-            y = y + mem.flat(s.bias)[: s.rows, None].to(X.dtype)
-        out = mem.flat(s.out)
-        out[part * s.part_n + at] = y.to(out.dtype)
+    out = mem.flat(s.out)
+    out[b * s.ob + co * s.oc + (j * s.ostep + s.ophase) * s.ol] = y.to(out.dtype)
 
 
 def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:

@@ -39,13 +39,13 @@ class CSource(ctypes.Structure):
     _fields_ = [("raw", P), ("res", P), ("gamma", P), ("beta", P), ("film_a", P), ("film_b", P), ("t", P),
                 ("sb", I64), ("sc", I64), ("sl", I64), ("channels", I32), ("groups", I32), ("act", I32),
                 ("film", I32), ("film_off", I32), ("film_ld", I32), ("kind", I32), ("num_t", I32), ("early", I32),
-                ("res_early", I32), ("coef_early", I32), ("nparts", I32)]
+                ("res_early", I32), ("coef_early", I32), ("pad_", I32)]
 
 
 class CSegment(ctypes.Structure):
     _fields_ = [("w", P), ("bias", P), ("out", P), ("ob", I64), ("oc", I64), ("ol", I64)] + [
         (n, I32) for n in ("rows", "k", "pad", "stride", "ostep", "ophase", "l_out", "rc", "cb", "nstages",
-                           "cta0", "ncta", "nb")] + [("split", I32)]
+                           "cta0", "ncta", "nb")]
 
 
 class COp(ctypes.Structure):
@@ -105,12 +105,12 @@ class Resolver:
 def _source(s: Source, r: Resolver) -> CSource:
     return CSource(r(s.raw), r(s.res), r(s.gamma), r(s.beta), r(s.film_a), r(s.film_b), r(s.t), s.sb, s.sc, s.sl,
                    s.channels, s.groups, s.act, s.film, s.film_off, s.film_ld, s.kind, s.num_t, s.early,
-                   s.res_early, s.coef_early, s.nparts)
+                   s.res_early, s.coef_early, 0)
 
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
     return CSegment(r(s.w), r(s.bias), r(s.out), s.ob, s.oc, s.ol, s.rows, s.k, s.pad, s.stride, s.ostep,
-                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb, s.split)
+                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb)
 
 
 def c_op(op: Op, r: Resolver) -> COp:

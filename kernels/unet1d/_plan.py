@@ -6,10 +6,8 @@ views (`_emulate.py`, the CPU model of the kernel that the tests run), so one op
 
 Planning a segment (rows x cin x K weights): CTAs in proportion to its share of the op's bytes (the op's grid
 is about one wave of `sms` CTAs), `rc` rows per CTA in blocks of 8 (the MMA's N); stages of `cb` channels in
-blocks of 8 (its K) (4-24 KB, 16-byte multiples for the bulk copies, little zero padding), small enough that a ring
-of several fits the shared-memory budget beside X, which keeps two ops' CTAs on one SM. Where the rows give too
-few CTAs for that wave (few rows over many channels), a segment whose output is read only as a raw source is
-split over its stages (split-K): `split` CTAs per row block, each storing a partial sum that the reading op adds.
+blocks of 8 (its K) (4-16 KB, 16-byte multiples for the bulk copies, little zero padding), small enough that a ring
+of several fits the shared-memory budget beside X, which keeps two ops' CTAs on one SM.
 """
 from __future__ import annotations
 
@@ -28,7 +26,6 @@ STAGE_TARGET = 24 * 1024  # a warp's share of a stage must outweigh the stage's 
 STAGE_MIN = 4 * 1024
 RING_WANT = 3
 SMS = 132
-MAX_SPLIT = 8  # partial sums a reading op adds while loading its source
 
 
 @dataclass(frozen=True)
@@ -62,8 +59,6 @@ class Source:
     early: int = 0  # raw values written two or more ops back (or before the forward): read before the wait
     res_early: int = 0
     coef_early: int = 0
-    nparts: int = 1  # raw's value: the sum of nparts partial sums, part p at raw + p part_n (split-K)
-    part_n: int = 0  # (the kernel derives it: batch_grid * sb)
 
     @property
     def transformed(self) -> bool:
@@ -90,11 +85,8 @@ class Segment:
     cb: int = 0
     nstages: int = 0
     cta0: int = 0
-    ncta: int = 0  # row blocks of rc rows (ncta * split CTAs)
+    ncta: int = 0
     nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb)
-    splittable: bool = False  # its output is read only as a raw source (which can add partial sums)
-    split: int = 1  # CTAs per row block, each over ceil(nstages / split) stages
-    part_n: int = 0  # partial sum p at out + p part_n (the kernel derives it: batch_grid * ob)
 
     @property
     def weight_bytes(self) -> int:
@@ -103,11 +95,6 @@ class Segment:
     @property
     def stage_floats(self) -> int:
         return self.rc * self.cb * self.k
-
-    def part_stages(self, part: int) -> range:
-        """The stages CTA `part` of a row block sums (unet1d.cu: per = ceil(nstages / split))."""
-        per = -(-self.nstages // self.split)
-        return range(part * per, min(self.nstages, (part + 1) * per))
 
 
 @dataclass
@@ -194,23 +181,16 @@ def plan_op(op: Op, sms: int = SMS) -> None:
         s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
         s.nb = s.rc // 8
         s.ncta = -(-s.rows // s.rc)
-        s.cb, s.split = 0, 1
-        if s.splittable:  # the CTAs the rows leave missing, as parts of the channels
-            s.split = max(1, min(MAX_SPLIT, round(want / (s.ncta * op.batch_grid))))
+        s.cb = 0
     op.threads = threads_for(max(s.nb for s in op.segs))
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
     cta0 = 0
     for s in op.segs:
-        target, warps = stage_target, op.threads // 32
-        if s.split > 1:  # a stage per part, down to 8 channel blocks (half the warps idle beats fewer parts)
-            target, warps = max(STAGE_MIN, min(stage_target, s.rc * s.cin * s.k * 4 // s.split)), 8
-        s.cb = _channels_per_stage(s.cin, s.rc, s.k, target, warps)
+        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target, op.threads // 32)
         s.nstages = -(-s.cin // s.cb)
-        per = -(-s.nstages // s.split)
-        s.split = -(-s.nstages // per)  # no part without stages
-        s.cta0, cta0 = cta0, cta0 + s.ncta * s.split
+        s.cta0, cta0 = cta0, cta0 + s.ncta
     op.cin_pad = max(s.nstages * s.cb for s in op.segs)
     stage = max(s.stage_floats * 4 for s in op.segs)
     fixed = smem_bytes(op)
@@ -223,35 +203,6 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     for src in op.srcs:
         if src.gamma is not None and (src.groups > MAX_GROUPS or src.channels % src.groups):
             raise ValueError(f"op {op.name}: {src.groups} groups over {src.channels} channels not supported")
-
-
-def link_parts(ops: list[Op], sizes: dict[str, int]) -> dict[str, int]:
-    """Tell every source that reads a split segment's output how many partial sums to add; returns the outputs
-    to enlarge: name -> split x its `sizes` elements (the parts lie one after the other)."""
-    split: dict[str, Segment] = {}
-    for op in ops:
-        outs = {}
-        for s in op.segs:
-            if s.split > 1 and outs.setdefault(s.out.name, s.split) != s.split:
-                raise ValueError(f"op {op.name}: segments writing {s.out.name} are split differently")
-            if s.split > 1:
-                s.part_n = sizes[s.out.name]
-                if s.out.offset or s.part_n != op.batch_grid * s.ob:
-                    raise ValueError(f"op {op.name}: {s.out.name} is not a (B, rows, L) activation of its own")
-                split[s.out.name] = s
-    for op in ops:
-        for src in op.srcs:
-            for buf in (src.res, src.film_a, src.film_b):
-                if buf is not None and buf.name in split:
-                    raise ValueError(f"op {op.name}: {buf.name} is split but read as more than a raw source")
-            if src.raw is not None and src.raw.name in split:
-                s = split[src.raw.name]
-                src.nparts, src.part_n = s.split, s.part_n
-                if src.sl != 1 or src.sc != op.l_in or s.part_n != op.batch_grid * src.sb:
-                    raise ValueError(f"op {op.name}: reads split {src.raw.name} other than as (B, C, L)")
-        if op.mat is not None and op.mat.name in split:
-            raise ValueError(f"op {op.name}: {op.mat.name} is both split and stored whole")
-    return {name: s.split * s.part_n for name, s in split.items()}
 
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
@@ -287,7 +238,6 @@ class Store:
         self.align = align
         self.parts: list[tuple[str, torch.Tensor | int]] = []
         self.offsets: dict[str, int] = {}
-        self.sizes: dict[str, int] = {}
         self.size = 0
 
     def add(self, name: str, data: torch.Tensor | int) -> Buf:
@@ -296,20 +246,9 @@ class Store:
             raise ValueError(f"buffer {name!r} declared twice")
         n = data if isinstance(data, int) else data.numel()
         self.offsets[name] = self.size
-        self.sizes[name] = n
         self.parts.append((name, data))
         self.size += math.ceil(max(n, 1) / self.align) * self.align
         return Buf(name)
-
-    def resize(self, name: str, n: int) -> None:
-        """Make reservation `name` n elements, moved to the end (nothing is placed before `materialize`, and
-        Bufs resolve by name)."""
-        i = next(i for i, (k, _) in enumerate(self.parts) if k == name)
-        if not isinstance(self.parts[i][1], int):
-            raise ValueError(f"buffer {name!r} holds values: only reservations are resized")
-        self.parts[i] = (name, n)
-        self.offsets[name], self.sizes[name] = self.size, n
-        self.size += math.ceil(max(n, 1) / self.align) * self.align
 
     def materialize(self, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
         out = torch.zeros(self.size, dtype=dtype, device=device)

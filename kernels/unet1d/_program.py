@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._plan import SMS, Buf, Op, Segment, Source, Store, link_parts, pack_bias, pack_weight, plan_op
+from ._plan import SMS, Buf, Op, Segment, Source, Store, pack_bias, pack_weight, plan_op
 from ._unet import ConditionalUnet1D
 
 FORMS = ("plain", "step")
@@ -77,10 +77,9 @@ class _Builder:
     @staticmethod
     def _conv_seg(out: Buf, rows: int, cin: int, k: int, l_out: int, ltot: int | None = None, **kw: int
                   ) -> Segment:
-        """A segment writing columns of a (B, rows, ltot) activation (ltot = l_out unless phases interleave), read
-        by the next op as a raw source unless told otherwise (splittable=False)."""
+        """A segment writing columns of a (B, rows, ltot) activation (ltot = l_out unless phases interleave)."""
         ltot = ltot or l_out
-        return Segment(rows, cin, k, out, ob=rows * ltot, oc=ltot, ol=1, l_out=l_out, **({"splittable": True} | kw))
+        return Segment(rows, cin, k, out, ob=rows * ltot, oc=ltot, ol=1, l_out=l_out, **kw)
 
     def _gn(self, raw: Buf, block: nn.Sequential, L: int, **kw: object) -> Source:
         """The value mish(GroupNorm(raw)) of a Conv1dBlock (block = its .block: Conv1d, GroupNorm, Mish)."""
@@ -110,7 +109,7 @@ class _Builder:
         if not identity:
             res = self._act(f"{name}.res", self.B * cout * L)
             rc = blk.residual_conv
-            segs.append((self._conv_seg(res, cout, cin, 1, L, splittable=False), rc.weight, rc.bias))
+            segs.append((self._conv_seg(res, cout, cin, 1, L), rc.weight, rc.bias))
         self._op(f"{name}.conv1", V, segs, L, self.B, mat)
         raw2 = self._act(f"{name}.raw2", self.B * cout * L)
         conv2 = blk.blocks[1].block[0]
@@ -185,8 +184,6 @@ class _Builder:
         proj = m.final_conv[1]
         seg = Segment(D, d0, 1, Buf("out"), ob=T * D, oc=1, ol=D, l_out=L)
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
-        for name, n in link_parts(self.ops, self.work.sizes).items():
-            self.work.resize(name, n)  # room for every partial sum
         mark_early(self.ops)
         return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
 

@@ -1,9 +1,8 @@
 // unet1d.cu: the U-Net's generic layer kernel (unet1d.h: what an op computes) and its C ABI launcher.
 //
 // fp32 storage, fp32-accurate arithmetic (3xTF32 tensor-core products, fp32 sums). One CTA of T threads (512
-// for up to 4 row blocks, else 256) per (rc rows of one segment, part of its split, batch element): it owns rc
-// output rows of all l_out columns over its part of the input channels, and stores its partial sum (the op that
-// loads it adds the parts: there is no reduction step); a forward's ~30 ops are grids of up to ~130 CTAs, each
+// for up to 4 row blocks, else 256) per (rc rows of one segment, batch element): it owns rc output rows of all
+// l_out columns, so there is no cross-CTA reduction; a forward's ~30 ops are grids of up to ~130 CTAs, each
 // under ~110 KB of shared memory where it can, so that two ops' CTAs fit one SM. Per CTA, in order:
 //   1. thread 0 requests the first `ring` stages of its weights (TMA bulk copies, one contiguous stage each,
 //      completing on one mbarrier per ring slot): weights never depend on the previous op, so they stream
@@ -18,9 +17,6 @@
 //      warps take (channel block, tap) units into two accumulator chains; slot reuse: every thread fences its
 //      generic reads of the slot, one barrier, thread 0 re-issues;
 //   5. the warps' partial sums meet in shared memory; + bias; store.
-// Versus the unsplit layout (one CTA per row block): an op whose rows alone give too few CTAs to stream its weights
-// at the device's rate (a conv of few rows over many channels: up0.res0.conv1 reads 21 MB with 64 CTAs) splits
-// its channels over `split` CTAs per row block.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
 // prologue, segments let one launch hold a conv and its 1x1 residual conv (or both phases of the transposed
@@ -132,48 +128,15 @@ __device__ __noinline__ void load_strided(const UnetSource s, int b, int L, floa
     }
 }
 
-// a split-K producer's partial sums added up while loading: U float4s of every part in flight per thread (out of
-// line, scalar arguments: inlined, its registers made the stage loop spill)
 template <int T>
-__device__ __noinline__ void load_parts(const float* src, int64_t pn, int nparts, int n, float* xs) {
-    const int tid = threadIdx.x, n4 = n / 4;
-    for (int v0 = tid; v0 < n4; v0 += U * T) {
-        float4 a[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const int v = v0 + u * T;
-            a[u] = v < n4 ? reinterpret_cast<const float4*>(src)[v] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        }
-        for (int p = 1; p < nparts; ++p) {
-            const float4* q = reinterpret_cast<const float4*>(src + p * pn);
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int v = v0 + u * T;
-                if (v >= n4) continue;
-                const float4 x = q[v];
-                a[u] = make_float4(a[u].x + x.x, a[u].y + x.y, a[u].z + x.z, a[u].w + x.w);
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (v0 + u * T < n4) reinterpret_cast<float4*>(xs)[v0 + u * T] = a[u];
-    }
-}
-
-template <int T>
-__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs, int batch_grid) {
+__device__ __forceinline__ void load_raw(const UnetSource& s, int b, int L, float* xs) {
     const int tid = threadIdx.x, n = s.channels * L;
     const float* src = s.raw + b * s.sb;
     if (s.kind == 0 && s.sl == 1 && s.sc == L && n % 4 == 0 && (reinterpret_cast<uintptr_t>(src) & 15) == 0 &&
         (reinterpret_cast<uintptr_t>(xs) & 15) == 0) {
-        if (s.nparts > 1) {  // partial sums: batch_grid x (C, L) each, one after the other
-            load_parts<T>(src, batch_grid * s.sb, s.nparts, n, xs);
-            return;
-        }
         for (int i = 4 * tid; i < n; i += 4 * T) ca::copy16(xs + i, src + i, true, ca::Policy{0, 0});
         return;
     }
-    if (s.nparts > 1) __trap();  // the plan splits only outputs read as contiguous (B, C, L) sources
     load_strided<T>(s, b, L, xs);
 }
 
@@ -241,7 +204,7 @@ __device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, 
     rsrc = -1;
     for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        if (s.early) load_raw<T>(s, b, L, X + c0 * L, op.batch_grid);
+        if (s.early) load_raw<T>(s, b, L, X + c0 * L);
         if (transformed(s) && s.coef_early) load_coef<T>(s, b, coef + k0);
         if (rsrc < 0 && s.res != nullptr && s.res_early && vector_ok(s, L, b)) {
             rsrc = si;
@@ -268,7 +231,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     int c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        if (!s.early) load_raw<T>(s, b, L, X + c0 * L, op.batch_grid);
+        if (!s.early) load_raw<T>(s, b, L, X + c0 * L);
         c0 += s.channels;
     }
     ca::commit();
@@ -455,29 +418,17 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // exist (padding, stride, l_out), depends on the tap alone: worked out once, before the stages. The warps'
 // partial sums meet in shared memory at the end. Weights arrive pre-arranged (pack_weight): per stage [channel
 // block][tap][row block][lane][2], so a lane's B fragment is one 8-byte load.
-// this CTA's row block and part of a segment's split (recomputed where needed: registers are scarce at 64)
-struct CtaPart {
-    int c, part, st0, nst;  // row block, part, its first stage and stage count
-};
-
-__device__ __forceinline__ CtaPart cta_part(const UnetOp& op, const UnetSegment& sg) {
-    const int i = static_cast<int>(blockIdx.x) / op.batch_grid - sg.cta0;
-    const int part = i % sg.split, per = (sg.nstages + sg.split - 1) / sg.split;
-    return {i / sg.split, part, part * per, min(sg.nstages - part * per, per)};
-}
-
-// X: the input rows of the CTA's first stage
 template <int COLS, int NBMAX, int T, int K>
-__device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int nstages, int b, const float* X,
-                            float* ring, int stage_floats, unsigned bars, float* red) {
+__device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
+                            int stage_floats, unsigned bars, float* red) {
     constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
     constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
-    const int rc = seg.rc, cbs = seg.cb, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const int L = op.l_in, ncb = cbs / 8;
     const int stage = rc * cbs * K;  // floats
-    const float* wseg = seg.w + (static_cast<int64_t>(c) * seg.nstages + cta_part(op, seg).st0) * stage;
+    const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
     // per tap and A element: offset in the channel block's rows (-1: a zero)
     int off[K][MT][NE];
 #pragma unroll
@@ -563,13 +514,12 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     __syncthreads();
     const int row0 = c * rc;
     const float* bias = seg.bias;
-    const int part = cta_part(op, seg).part;  // part p at out + p * batch_grid * ob, part 0 with the bias
-    float* out = seg.out + (static_cast<int64_t>(part) * op.batch_grid + b) * seg.ob + seg.ophase * seg.ol;
+    float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
     for (int i = tid; i < rc * lo; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
         if (co >= rows) continue;
-        float v = part == 0 ? bias[co] : 0.0f;
+        float v = bias[co];
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
         out[co * oc + j * oj] = v;
@@ -587,14 +537,14 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     float4* coef = reinterpret_cast<float4*>(smem + cv.coef);
     float* ring = reinterpret_cast<float*>(smem + cv.ring);
     float* X = reinterpret_cast<float*>(smem + cv.x);
-    const int stage_floats = cv.stage_bytes / 4, sf = stage_floats;
+    const int stage_floats = cv.stage_bytes / 4;
 
     const int b = blockIdx.x % op.batch_grid, cta = blockIdx.x / op.batch_grid;
     const int si = (op.nseg > 1 && cta >= op.seg[1].cta0) ? 1 : 0;
     const UnetSegment& sg = op.seg[si];
-    const CtaPart cp = cta_part(op, sg);  // this CTA's stages: [st0, st0 + nst) of its row block's
+    const int c = cta - sg.cta0;
     const int stage = sg.rc * sg.cb * sg.k;
-    const float* wseg = sg.w + (static_cast<int64_t>(cp.c) * sg.nstages + cp.st0) * stage;
+    const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
 
     mark(op, 0);
     // 1. weights first: they do not depend on the previous op
@@ -604,7 +554,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
             for (int s = 0; s < op.ring; ++s) ca::mbar_init(bars + 8u * s, 1);
             ca::fence_mbar_init();
         }
-        for (int s = 0; s < op.ring && s < cp.nst; ++s)
+        for (int s = 0; s < op.ring && s < sg.nstages; ++s)
             issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
     // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
@@ -618,15 +568,12 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
-    const CtaPart p = cta_part(op, sg);  // (recomputed: live across the prologue, it would spill)
-    const float* xst = X + p.st0 * sg.cb * op.l_in;  // the rows of the CTA's first stage
-    const int c = p.c, nst = p.nst;
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     switch (sg.k) {
-        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, nst, b, xst, ring, sf, bars, red); break;
-        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, nst, b, xst, ring, sf, bars, red); break;
-        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, nst, b, xst, ring, sf, bars, red); break;
-        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, nst, b, xst, ring, sf, bars, red); break;
+        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
         default: __trap();  // the plan admits K in {1, 2, 3, 5}
     }
 }

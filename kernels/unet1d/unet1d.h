@@ -8,9 +8,6 @@
 //               (scale * v + shift, or v + shift); + res (the residual branch, or the block's input)
 //   out_s[co, j] = bias[co] + sum_{ci, k} W_s[co, ci, k] X[ci, j * stride + k - pad]   for each segment s
 //               (a Conv1d, a strided Conv1d, one output phase of the ConvTranspose1d, or a Linear with l = batch)
-//               A segment split `split` ways over its input channels (split-K) writes `split` partial sums, part p
-//               (part 0 with the bias) at out + p * batch_grid * ob; the op that reads it as a raw source adds them
-//               up as it loads it (UnetSource::nparts, at raw + p * batch_grid * sb), so no op waits on a reduction.
 // and optionally X itself is stored (`mat`): a block input needed later as an identity residual or a skip.
 // Field meanings are the kernel's contract; _program.py mirrors this layout with ctypes (a test checks offsets).
 #pragma once
@@ -34,10 +31,9 @@ typedef struct {
     int64_t sb, sc, sl;
     int32_t channels, groups, act, film;  // act: 1 = Mish; film: 0 none, 1 scale and shift, 2 shift only
     int32_t film_off, film_ld, kind, num_t;  // kind: 0 tensor, 1 sin/cos embedding of t[l] (channels = dim)
-    int32_t early, res_early, coef_early, nparts;  // early...: written two or more ops back (or before the
-                                                   // forward): the raw values, the residual, the FiLM may be read
-                                                   // before the dependency wait (each op releases its dependents
-                                                   // after it); nparts: partial sums of raw (1: raw alone)
+    int32_t early, res_early, coef_early, pad_;  // written two or more ops back (or before the forward): the
+                                                 // raw values, the residual, the FiLM may be read before the
+                                                 // dependency wait (each op releases its dependents after it)
 } UnetSource;
 
 typedef struct {
@@ -47,8 +43,7 @@ typedef struct {
     int64_t ob, oc, ol;
     int32_t rows, k, pad, stride, ostep, ophase, l_out;
     int32_t rc, cb, nstages, cta0, ncta, nb;  // rows per CTA (nb blocks of 8), channels per stage (blocks of 8),
-                                              // row blocks of CTAs [cta0, cta0 + ncta * split)
-    int32_t split;          // CTAs per row block: CTA cta0 + r * split + p sums stages [p * per, (p + 1) * per)
+                                              // CTAs [cta0, cta0 + ncta)
 } UnetSegment;
 
 typedef struct {
