@@ -120,6 +120,10 @@ def test_plans_respect_the_kernel(session, name, batch, form):
         if op.mat is not None:
             produced[op.mat.name] = j
     assert 0.999 < prog.conv_bytes() / REF.work(case).bytes <= 1  # the floor also counts biases and affines
+    # GroupNorm statistics from the producer's partials wherever an op normalises its predecessor's output (all 25)
+    linked = [(a, o) for a, o in zip(prog.ops, prog.ops[1:]) if o.stat_in is not None]
+    assert all(a.stat_out == o.stat_in and PLAN.partials_fit(a, o) for a, o in linked)
+    assert len(linked) == sum(1 for o in prog.ops if o.srcs[0].gamma is not None) == 25
 
 
 @pytest.fixture(scope="module")

@@ -45,12 +45,30 @@ def _values(mem: Memory, s: Source, b: int, L: int, dtype: torch.dtype) -> torch
     return mem.flat(s.raw)[b * s.sb + c * s.sc + l_idx * s.sl].to(dtype)
 
 
-def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int) -> torch.Tensor:
+def _partials(y: torch.Tensor) -> torch.Tensor:
+    """(mean, squared deviations) of each 32 consecutive values of y (flattened): unet1d.h stat_out."""
+    c = y.reshape(-1, 32)
+    m = c.mean(dim=1)
+    return torch.stack([m, ((c - m[:, None]) ** 2).sum(dim=1)], dim=1)
+
+
+def _group_stats(mem: Memory, s: Source, g: torch.Tensor, b: int, stat: Buf | None) -> tuple[torch.Tensor, ...]:
+    """Each group's mean and variance: from the values, or combined from the producer's partials."""
+    if stat is None:
+        mean = g.mean(dim=1, keepdim=True)
+        return mean, ((g - mean) ** 2).mean(dim=1, keepdim=True)
+    n = g.shape[1]
+    p = mem.flat(stat)[2 * b * g.numel() // 32:][: 2 * g.numel() // 32].reshape(s.groups, n // 32, 2).to(g.dtype)
+    mean = p[..., 0].mean(dim=1, keepdim=True)
+    return mean, (p[..., 1].sum(dim=1, keepdim=True) + 32 * ((p[..., 0] - mean) ** 2).sum(dim=1, keepdim=True)) / n
+
+
+def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None = None) -> torch.Tensor:
     C, L = v.shape
     if s.gamma is not None:
         g = v.reshape(s.groups, -1)
-        mean = g.mean(dim=1, keepdim=True)
-        rstd = torch.rsqrt(((g - mean) ** 2).mean(dim=1, keepdim=True) + GN_EPS)
+        mean, var = _group_stats(mem, s, g, b, stat)
+        rstd = torch.rsqrt(var + GN_EPS)
         v = ((g - mean) * rstd).reshape(C, L)
         v = v * mem.flat(s.gamma)[:C, None].to(v.dtype) + mem.flat(s.beta)[:C, None].to(v.dtype)
     if s.act:
@@ -87,8 +105,8 @@ def _segment(mem: Memory, s: Segment, X: torch.Tensor, b: int) -> None:
 
 def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
     for b in range(op.batch_grid):
-        parts = [_transform(mem, s, _values(mem, s, b, op.l_in, dtype), b) if s.transformed
-                 else _values(mem, s, b, op.l_in, dtype) for s in op.srcs]
+        parts = [_transform(mem, s, _values(mem, s, b, op.l_in, dtype), b, op.stat_in if i == 0 else None)
+                 if s.transformed else _values(mem, s, b, op.l_in, dtype) for i, s in enumerate(op.srcs)]
         X = torch.cat(parts)
         if op.mat is not None:
             n = X.numel()
@@ -96,6 +114,11 @@ def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
         X = torch.cat([X, X.new_zeros(op.cin_pad - X.shape[0], op.l_in)])
         for s in op.segs:
             _segment(mem, s, X, b)
+        if op.stat_out is not None:  # segment 0's output (B, rows, L): its partials, as the kernel stores them
+            g = op.segs[0]
+            n = g.rows * g.l_out
+            y = mem.flat(g.out)[b * n:(b + 1) * n]
+            mem.flat(op.stat_out)[2 * b * n // 32:2 * (b + 1) * n // 32] = _partials(y).reshape(-1).to(y.dtype)
 
 
 def emulate(program: Program, io: dict[str, torch.Tensor], dtype: torch.dtype = torch.float64) -> torch.Tensor:

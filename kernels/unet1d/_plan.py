@@ -11,6 +11,7 @@ of several fits the shared-memory budget beside X, which keeps two ops' CTAs on 
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 
@@ -113,6 +114,8 @@ class Op:
     smem_bytes: int = 0
     grid: int = 0
     notes: dict = field(default_factory=dict)
+    stat_out: Buf | None = None  # segment 0 also writes GroupNorm partials (float2 per 32 outputs) for the next op
+    stat_in: Buf | None = None  # source 0's GroupNorm statistics combined from the previous op's partials
 
     @property
     def cin(self) -> int:
@@ -203,6 +206,30 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     for src in op.srcs:
         if src.gamma is not None and (src.groups > MAX_GROUPS or src.channels % src.groups):
             raise ValueError(f"op {op.name}: {src.groups} groups over {src.channels} channels not supported")
+
+
+def partials_fit(prev: Op, op: Op) -> bool:
+    """Whether `op`'s source 0 can take its GroupNorm statistics from `prev`'s partials (unet1d.h stat_in):
+    its raw values are exactly `prev`'s segment 0 output as (B, C, L), 32-output chunks never straddle a CTA's
+    rows or a group, a group has at most 32 chunks and a warp of its own."""
+    s, g = op.srcs[0], prev.segs[0]
+    if s.gamma is None or s.kind or s.raw is None or s.raw != g.out or g.out.offset:
+        return False
+    if any(o.out.name == g.out.name for o in prev.segs[1:]) or prev.batch_grid != op.batch_grid:
+        return False
+    L, cpg = op.l_in, s.channels // s.groups
+    layout = (g.ostep, g.ophase, g.ol, g.oc, g.l_out, g.ob, g.rows) == (1, 0, 1, L, L, s.channels * L, s.channels)
+    return (layout and (s.sb, s.sc, s.sl) == (s.channels * L, L, 1) and g.rc * L % 32 == 0 and g.rows * L % 32 == 0
+            and cpg * L % 32 == 0 and cpg * L // 32 <= 32 and s.groups <= op.threads // 32)
+
+
+def link_stats(ops: list[Op], store: Store) -> None:
+    """Where an op's source 0 is normalised from the previous op's output, have that op store the GroupNorm
+    partials and this one combine them (a buffer `<raw>.stat` of 2 floats per 32 outputs)."""
+    for prev, op in itertools.pairwise(ops):
+        if partials_fit(prev, op):
+            g = prev.segs[0]
+            prev.stat_out = op.stat_in = store.add(f"{g.out.name}.stat", 2 * op.batch_grid * g.rows * g.l_out // 32)
 
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._plan import SMS, Buf, Op, Segment, Source, Store, pack_bias, pack_weight, plan_op
+from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, pack_bias, pack_weight, plan_op
 from ._unet import ConditionalUnet1D
 
 FORMS = ("plain", "step")
@@ -184,6 +184,7 @@ class _Builder:
         proj = m.final_conv[1]
         seg = Segment(D, d0, 1, Buf("out"), ob=T * D, oc=1, ol=D, l_out=L)
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
+        link_stats(self.ops, self.work)
         mark_early(self.ops)
         return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
 

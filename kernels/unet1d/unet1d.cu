@@ -17,6 +17,8 @@
 //      warps take (channel block, tap) units into two accumulator chains; slot reuse: every thread fences its
 //      generic reads of the slot, one barrier, thread 0 re-issues;
 //   5. the warps' partial sums meet in shared memory; + bias; store.
+// An op whose output is read next under a GroupNorm also stores its GroupNorm partials (per 32 outputs: mean and
+// squared deviations), which the reader combines while its sources load, instead of a statistics pass over X.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
 // prologue, segments let one launch hold a conv and its 1x1 residual conv (or both phases of the transposed
@@ -228,6 +230,12 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                          float* red, int red_floats, const float4 (&rpre)[UR], int rsrc) {
     constexpr int kWarps = T / 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    // source 0's statistics from its producer's partials (the plan guarantees one warp per group, <= 32 partials
+    // per group): loaded now, their latency hidden behind the sources'
+    float2 part = make_float2(0.0f, 0.0f);
+    const int pk = op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * L / 32 : 0;  // per group
+    if (pk > 0 && warp < op.src[0].groups && lane < pk)
+        part = reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * L) / 32 + warp * pk + lane];
     int c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
@@ -242,7 +250,16 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
-        if (s.gamma != nullptr) {
+        if (s.gamma != nullptr && si == 0 && pk > 0) {
+            // k partials of 32 elements each (mean m_i, squared deviations q_i): mean = sum m_i / k,
+            // var = (sum q_i + 32 sum (m_i - mean)^2) / n (Chan et al.'s combination for equal counts)
+            if (warp < s.groups) {
+                const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
+                const float d = part.x - mean;
+                const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
+                if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
+            }
+        } else if (s.gamma != nullptr) {
             const int cpg = s.channels / s.groups, n = cpg * L;  // n: elements of one group
             const int chunks = s.channels * L / 128;  // 32 float4s: one warp step
             if (n % 128 == 0 && (L & 3) == 0 && 2 * chunks <= red_floats) {
@@ -516,13 +533,25 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     const float* bias = seg.bias;
     float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
+    // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
+    // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
+    const bool partials = op.stat_out != nullptr && (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid <
+                                                                         op.seg[1].cta0);
     for (int i = tid; i < rc * lo; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
-        if (co >= rows) continue;
-        float v = bias[co];
+        float v = 0.0f;
+        if (co < rows) {
+            v = bias[co];
 #pragma unroll
-        for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
-        out[co * oc + j * oj] = v;
+            for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
+            out[co * oc + j * oj] = v;
+        }
+        if (partials) {
+            const float m = warp_sum(v) * (1.0f / 32.0f), d = v - m, q = warp_sum(d * d);
+            const int e = row0 * lo + i - lane;  // the warp's first output
+            float2* st = reinterpret_cast<float2*>(op.stat_out);
+            if (lane == 0 && e < rows * lo) st[(static_cast<int64_t>(b) * rows * lo + e) / 32] = make_float2(m, q);
+        }
     }
     mark(op, 39);
 }
