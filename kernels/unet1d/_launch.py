@@ -28,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
 COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
+PDL = int(os.environ.get("DPK_UNET1D_PDL", "1"))  # 0: plain stream order between ops (a diagnostic: _trace.py)
 TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
@@ -168,7 +169,7 @@ class Compiled:
         for i, rng in enumerate(self.ranges):
             with rng if ranges else _NULL:
                 _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
-                                                              ctypes.POINTER(COp)), 1, stream, 1))
+                                                              ctypes.POINTER(COp)), 1, stream, PDL))
         return e["out"]
 
     def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:

@@ -5,6 +5,7 @@
 Per op: its start after the forward's first op, the median over its CTAs of each phase's end (us after the
 op's first CTA started: weights requested, dependency met, sources in, statistics, transform, first stage
 landed, all stages done) and its span. Runs after a warm-up; the last of `--runs` forwards is printed.
+DPK_UNET1D_PDL=0 chains the ops by plain stream order (no op's CTAs start before its predecessor has finished).
 """
 from __future__ import annotations
 
