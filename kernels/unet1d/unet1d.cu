@@ -401,13 +401,15 @@ __device__ __forceinline__ void issue_stage(const UnetOp& op, const float* wseg,
 }
 
 // wait until stage `st` (in slot st % ring) has landed and is visible to every thread of the CTA
-__device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages, unsigned bars) {
+// (slot = st % ring, parity = (st / ring) & 1, kept by the caller)
+__device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages, unsigned bars, int slot,
+                                           unsigned parity) {
     if (op.copy == 2) {  // groups of later stages may be in flight: at most min(ring, nstages - st) - 1
         const int later = min(op.ring, nstages - st) - 1;
         ca::wait_pending(later);
         __syncthreads();
     } else {
-        ca::mbar_wait_parity(bars + 8u * (st % op.ring), static_cast<unsigned>((st / op.ring) & 1));
+        ca::mbar_wait_parity(bars + 8u * slot, parity);
     }
 }
 
@@ -446,18 +448,23 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     const int L = op.l_in, ncb = cbs / 8;
     const int stage = rc * cbs * K;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
-    // per tap and A element: offset in the channel block's rows (-1: a zero)
-    int off[K][MT][NE];
+    // per A element: its offset in the channel block's rows at tap 0 (tap t adds t) and, bit t, whether tap t
+    // reads a real column (else a zero): two registers per element, not one per tap (the compiler rebuilt those
+    // from constant loads at every tap)
+    int base[MT][NE];
+    unsigned valid[MT][NE];
 #pragma unroll
-    for (int t = 0; t < K; ++t)
+    for (int mt = 0; mt < MT; ++mt)
 #pragma unroll
-        for (int mt = 0; mt < MT; ++mt)
+        for (int e = 0; e < NE; ++e) {  // e: (j = g, ci = q), (g + 8, q), (g, q + 4), (g + 8, q + 4); NE = 2: 0, 2
+            const int ee = NE == 2 ? 2 * e : e;
+            const int j = mt * 16 + g + (ee & 1) * 8, l0 = j * seg.stride - seg.pad;
+            base[mt][e] = (ee >> 1) * 4 * L + l0;
+            valid[mt][e] = 0u;
 #pragma unroll
-            for (int e = 0; e < NE; ++e) {  // e: (j = g, ci = q), (g + 8, q), (g, q + 4), (g + 8, q + 4); NE = 2: 0, 2
-                const int ee = NE == 2 ? 2 * e : e;
-                const int j = mt * 16 + g + (ee & 1) * 8, l = j * seg.stride + t - seg.pad;
-                off[t][mt][e] = (j < lo && l >= 0 && l < L) ? (ee >> 1) * 4 * L + l : -1;
-            }
+            for (int t = 0; t < K; ++t)
+                valid[mt][e] |= (j < lo && l0 + t >= 0 && l0 + t < L) ? 1u << t : 0u;
+        }
     float acc[CH][NBMAX][MT][4];
 #pragma unroll
     for (int h = 0; h < CH; ++h)
@@ -468,11 +475,15 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[h][rb][mt][e] = 0.0f;
 
+    const bool traced = op.trace != nullptr;  // the marks stay off the loop's path unless tracing
+    int slot = 0;  // ring slot of stage st and the parity its barrier completes (no division per stage)
+    unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
-        const int slot = st % op.ring;
-        wait_stage(op, st, nstages, bars);
-        if (st == 0) mark(op, 6);
-        if (st < 30) mark(op, 8 + st);
+        wait_stage(op, st, nstages, bars, slot, parity);
+        if (traced) {
+            if (st == 0) mark(op, 6);
+            if (st < 30) mark(op, 8 + st);
+        }
         const float* ws = ring + slot * stage_floats;
         for (int cbk = warp; cbk < ncb; cbk += kWarps) {
             const float* x0 = X + (st * cbs + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the channel block
@@ -486,9 +497,8 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                     for (int e = 0; e < 4; ++e) ahi[mt][e] = alo[mt][e] = 0u;
 #pragma unroll
                     for (int e = 0; e < NE; ++e) {
-                        const int o = off[t][mt][e];
                         const int ee = NE == 2 ? 2 * e : e;
-                        split(o >= 0 ? x0[o] : 0.0f, ahi[mt][ee], alo[mt][ee]);
+                        split((valid[mt][e] >> t) & 1u ? x0[base[mt][e] + t] : 0.0f, ahi[mt][ee], alo[mt][ee]);
                     }
                 }
 #pragma unroll
@@ -508,10 +518,14 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                 }
             }
         }
-        if (st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
+        if (traced && st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
         if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
         __syncthreads();
         if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
+        if (++slot == op.ring) {
+            slot = 0;
+            parity ^= 1u;
+        }
     }
     mark(op, 7);
 
