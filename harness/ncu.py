@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from . import nvtx
 from .nvtx import ncu_filter
 
 METRICS = {
@@ -86,6 +87,9 @@ def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_
                 ) -> tuple[Path, pd.DataFrame, dict[str, float]]:
     """Run ncu on a child `dpk once`, passing each line ncu and the child print to `echo` as it comes (ncu's
     `==PROF==` progress), then read the report's kernels."""
+    if not nvtx.available():  # ncu would profile nothing and say only "No kernels were profiled"
+        raise RuntimeError("dpk ncu selects kernels by their NVTX ranges, but the nvtx package is not installed here "
+                           "(its ranges are no-ops): pip install nvtx")
     ncu = ncu_binary()
     out_dir.mkdir(parents=True, exist_ok=True)
     report = out_dir / f"{'-'.join([family, variant, case_id, *inner])}.ncu-rep"

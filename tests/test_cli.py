@@ -196,6 +196,16 @@ def logged(a, v, c):
 """
 
 
+def test_ncu_without_nvtx_names_the_missing_package(monkeypatch, tmp_path):
+    """Without the nvtx package the ranges are no-ops and ncu would profile nothing: the error says why."""
+    import dpk.ncu
+    import dpk.nvtx
+
+    monkeypatch.setattr(dpk.nvtx, "_nvtx", None)
+    with pytest.raises(RuntimeError, match="nvtx package is not installed"):
+        dpk.ncu.run_profile("toy", "torch", "m7_n13.fp32", tmp_path)
+
+
 def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, monkeypatch, capsys):
     """`dpk ncu` calls the variant once in its own process (where a CUDA build fills the cache, with progress) and
     only then runs ncu, whose lines it passes on as they come; the child under ncu reuses what was built."""
