@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,21 +148,23 @@ def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | N
     known = [v.name for v in reg.variants_of("policy")]
     if unknown := [n for n in names if n not in known]:
         raise ValueError(f"load_policy: unknown policy variant(s) {', '.join(unknown)}; known: {', '.join(known)}")
-    notes, ready, latency = [], [], {}
-    for name in names:
-        reason = _prepare(reg, case, device, name)
-        if not reason and pick == "order" and verify:
-            reason = _parity(reg, case, device, name)
-        if not reason and pick == "order":
-            return Choice(name, reg.variant("policy", name).fn, notes, latency)
-        if reason:
-            notes.append(f"{name}: {reason}")
-        else:
-            ready.append(name)
-    if len(ready) > 1:
-        latency = race(reg, case, device, ready)
-        ready.sort(key=latency.__getitem__)
-        notes.append("latency at load: " + ", ".join(f"{n} {latency[n]:.4g} ms" for n in ready))
+    notes: list[str] = []
+
+    def prepared() -> Iterator[str]:  # lazily: pick="order" prepares only until one passes
+        for name in names:
+            if reason := _prepare(reg, case, device, name):
+                notes.append(f"{name}: {reason}")
+            else:
+                yield name
+
+    ready: Iterable[str] = prepared()
+    latency: dict[str, float] = {}
+    if pick == "measure":
+        ready = list(ready)
+        if len(ready) > 1:
+            latency = race(reg, case, device, ready)
+            ready.sort(key=latency.__getitem__)
+            notes.append("latency at load: " + ", ".join(f"{n} {latency[n]:.4g} ms" for n in ready))
     for name in ready:
         reason = _parity(reg, case, device, name) if verify else ""
         if not reason:
