@@ -46,7 +46,7 @@ class CSource(ctypes.Structure):
 class CSegment(ctypes.Structure):
     _fields_ = [("w", P), ("bias", P), ("out", P), ("ob", I64), ("oc", I64), ("ol", I64)] + [
         (n, I32) for n in ("rows", "k", "pad", "stride", "ostep", "ophase", "l_out", "rc", "cb", "nstages",
-                           "cta0", "ncta", "nb")]
+                           "cta0", "ncta", "nb", "simt")]
 
 
 class COp(ctypes.Structure):
@@ -112,7 +112,7 @@ def _source(s: Source, r: Resolver) -> CSource:
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
     return CSegment(r(s.w), r(s.bias), r(s.out), s.ob, s.oc, s.ol, s.rows, s.k, s.pad, s.stride, s.ostep,
-                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb)
+                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb, s.simt)
 
 
 def c_op(op: Op, r: Resolver) -> COp:

@@ -27,6 +27,8 @@ STAGE_TARGET = 24 * 1024  # a warp's share of a stage must outweigh the stage's 
 STAGE_MIN = 4 * 1024
 RING_WANT = 3
 SMS = 132
+SIMT_RPT = 2  # rows per thread of the SIMT form (unet1d.cu run_segment_simt)
+SIMT_RC_MAX = THREADS * SIMT_RPT // 32  # rows per CTA while each row pair still has a whole warp
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ class Segment:
     nstages: int = 0
     cta0: int = 0
     ncta: int = 0
-    nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb)
+    nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb; the SIMT form: rc a power of two, nb = ceil(rc / 8))
+    simt: int = 0  # 1: fp32 FMAs on CUDA cores (unet1d.h UnetSegment::simt), weights packed for them
 
     @property
     def weight_bytes(self) -> int:
@@ -181,11 +184,23 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
         want = max(1, round(sms * s.weight_bytes / total))
         per_cta = -(-s.rows // want)
-        s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
-        s.nb = s.rc // 8
+        if op.cols == 8 and simt_shape(s, op.l_in) and op.batch_grid == 1:
+            # SIMT at B = 1: rows in pairs, a power of two nearest the share (not rounded up to 8: 1024 rows over
+            # 126 CTAs take 128 CTAs, not 64), at least a GroupNorm partial's 32 outputs, at most 32 (512 threads).
+            # (With a CTA per batch element the grid is already several waves: smaller shares only multiply
+            # the prologues, measured 855 -> 928 us at blog B = 8.)
+            s.rc = max(2, 32 // s.l_out, min(SIMT_RC_MAX, 1 << max(0, round(math.log2(per_cta)))))
+        else:
+            s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
+        s.nb = -(-s.rc // 8)
         s.ncta = -(-s.rows // s.rc)
         s.cb = 0
     op.threads = threads_for(max(s.nb for s in op.segs))
+    for s in op.segs:  # a SIMT-shaped segment beside one that needs 256 threads goes back to the MMA form
+        s.simt = int(simt_fits(op, s))
+        if not s.simt and s.rc % 8:
+            s.rc = 8 * s.nb
+            s.ncta = -(-s.rows // s.rc)
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
@@ -206,6 +221,18 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     for src in op.srcs:
         if src.gamma is not None and (src.groups > MAX_GROUPS or src.channels % src.groups):
             raise ValueError(f"op {op.name}: {src.groups} groups over {src.channels} channels not supported")
+
+
+def simt_shape(s: Segment, l_in: int) -> bool:
+    """A 'same' conv (stride 1, pad k // 2, odd k) of 4 or 8 output columns: a tensor-core tile would be at most
+    half used, so the SIMT form's FMAs take fewer instructions."""
+    return s.l_out == l_in and s.l_out in (4, 8) and s.stride == 1 and s.k in (1, 3, 5) and s.pad == s.k // 2
+
+
+def simt_fits(op: Op, s: Segment) -> bool:
+    """Whether segment `s` runs in the SIMT form: its shape, and its rows in pairs over whole warps of 512 threads."""
+    tg = op.threads * SIMT_RPT // s.rc if (op.threads * SIMT_RPT) % s.rc == 0 else 0  # threads per row pair
+    return op.cols == 8 and op.threads == THREADS and simt_shape(s, op.l_in) and tg >= 32 and tg % 32 == 0
 
 
 def partials_fit(prev: Op, op: Op) -> bool:
@@ -234,12 +261,17 @@ def link_stats(ops: list[Op], store: Store) -> None:
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
     """(rows, cin, k) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
-    (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8): zero rows and channels where padded."""
+    (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8), or for the SIMT form
+    [row group][channel][row][tap] (a thread's weights of one channel contiguous): zero rows and channels where
+    padded."""
     rows, cin, k = w.shape
     if (rows, cin, k) != (s.rows, s.cin, s.k):
         raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.k})")
     full = w.new_zeros(s.ncta * s.rc, s.nstages * s.cb, k)
     full[:rows, :cin] = w
+    if s.simt:  # [cta, g, rr, st, c, t] -> [cta, st, g, c, rr, t]
+        v = full.reshape(s.ncta, s.rc // SIMT_RPT, SIMT_RPT, s.nstages, s.cb, k)
+        return v.permute(0, 3, 1, 4, 2, 5).reshape(-1)
     ncb = s.cb // 8
     # [cta, rb, n, st, cbk, half, q, t] -> [cta, st, cbk, t, rb, n, q, half]
     v = full.reshape(s.ncta, s.nb, 8, s.nstages, ncb, 2, 4, k)
@@ -248,6 +280,9 @@ def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
 
 def unpack_weight(flat: torch.Tensor, s: Segment) -> torch.Tensor:
     """The inverse of pack_weight, padding kept: (ncta * rc, nstages * cb, k)."""
+    if s.simt:
+        v = flat.reshape(s.ncta, s.nstages, s.rc // SIMT_RPT, s.cb, SIMT_RPT, s.k)
+        return v.permute(0, 2, 4, 1, 3, 5).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
     v = flat.reshape(s.ncta, s.nstages, s.cb // 8, s.k, s.nb, 8, 4, 2)
     return v.permute(0, 4, 5, 1, 2, 7, 6, 3).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
 

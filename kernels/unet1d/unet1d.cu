@@ -429,6 +429,52 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// after stage st's work: the slot's reads precede the copy engine's next write (proxy fence), every warp is done
+// with it (barrier), thread 0 requests stage st + ring into it; then the next slot and its barrier's parity
+__device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg, int st, int nstages, int stage,
+                                             float* ring, int stage_floats, unsigned bars, int& slot, unsigned& parity,
+                                             const ca::Policy& policy) {
+    if (op.copy != 2) ca::fence_proxy_async_smem();
+    __syncthreads();
+    if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
+    if (++slot == op.ring) {
+        slot = 0;
+        parity ^= 1u;
+    }
+}
+
+// 5. + bias, the warps' partial sums added up, stored (and the reader's GroupNorm partials)
+template <int T>
+__device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* red) {
+    constexpr int kWarps = T / 32;
+    const int tid = threadIdx.x, lane = tid & 31, rc = seg.rc, rows = seg.rows, lo = seg.l_out;
+    const int row0 = c * rc;
+    const float* bias = seg.bias;
+    float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
+    const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
+    // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
+    // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
+    const bool partials = op.stat_out != nullptr && (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid <
+                                                                         op.seg[1].cta0);
+    for (int i = tid; i < rc * lo; i += T) {
+        const int r = i / lo, j = i - r * lo, co = row0 + r;
+        float v = 0.0f;
+        if (co < rows) {
+            v = bias[co];
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
+            out[co * oc + j * oj] = v;
+        }
+        if (partials) {
+            const float m = warp_sum(v) * (1.0f / 32.0f), d = v - m, q = warp_sum(d * d);
+            const int e = row0 * lo + i - lane;  // the warp's first output
+            float2* st = reinterpret_cast<float2*>(op.stat_out);
+            if (lane == 0 && e < rows * lo) st[(static_cast<int64_t>(b) * rows * lo + e) / 32] = make_float2(m, q);
+        }
+    }
+    mark(op, 39);
+}
+
 // 4.-5. one segment's stages and output. Transposed GEMM per tap t: D[j, r] += X[ci, j S + t - pad] W_t[r, ci]
 // on m16n8k8 TF32 tensor-core MMAs: M = output columns j (COLS = 8: rows 0-7 of the tile, 8-15 zero; 16; or 32:
 // two tiles), N = 8 output rows per row block, K = 8 input channels per channel block. Warp w takes the stage's
@@ -442,7 +488,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                             int stage_floats, unsigned bars, float* red) {
     constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
     constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
-    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, rows = seg.rows, nb = seg.nb, lo = seg.l_out;
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const int L = op.l_in, ncb = cbs / 8;
@@ -519,13 +565,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
             }
         }
         if (traced && st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
-        if (op.copy != 2) ca::fence_proxy_async_smem();  // reads of the slot precede the copy engine's next write
-        __syncthreads();
-        if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
-        if (++slot == op.ring) {
-            slot = 0;
-            parity ^= 1u;
-        }
+        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy);
     }
     mark(op, 7);
 
@@ -543,31 +583,83 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
         }
     }
     __syncthreads();
-    const int row0 = c * rc;
-    const float* bias = seg.bias;
-    float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
-    const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
-    // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
-    // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
-    const bool partials = op.stat_out != nullptr && (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid <
-                                                                         op.seg[1].cta0);
-    for (int i = tid; i < rc * lo; i += T) {
-        const int r = i / lo, j = i - r * lo, co = row0 + r;
-        float v = 0.0f;
-        if (co < rows) {
-            v = bias[co];
+    store_segment<T>(op, seg, c, b, red);
+}
+
+// 4. (SIMT form, unet1d.h UnetSegment::simt) one segment's stages as fp32 FMAs on CUDA cores, for a 'same' conv
+// (stride 1, pad K / 2) of LO = L = 4 or 8 columns, where a tensor-core tile would be at most half used and the
+// 3xTF32 split costs more instructions than the products. The CTA's rows in pairs, each pair taken by TG =
+// 2 T / rc threads (whole warps); thread i of a pair takes channels i, i + TG, ... of every stage: the channel's
+// X row (LO / 4 float4 loads), its 2 K weights (K 8-byte loads: packed [pair][channel][row][tap]) and the
+// (tap, column) products that read real columns (compile-time), into 2 LO accumulators. Exact fp32 products.
+// Versus run_segment: ~4x fewer instructions per weight at LO = 4 (no fragment assembly, no splits, no padded
+// tile rows); the warps' sums meet in the same reduction buffer.
+template <int T, int LO, int K>
+__device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
+                                 int stage_floats, unsigned bars, float* red) {
+    constexpr int RPT = 2, PAD = K / 2;
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = T * RPT / rc;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / tg, i = tid - grp * tg;
+    const ca::Policy policy = ca::make_policy(1);
+    const int stage = rc * cbs * K;  // floats
+    const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
+    float acc[RPT][LO];
 #pragma unroll
-            for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
-            out[co * oc + j * oj] = v;
+    for (int r = 0; r < RPT; ++r)
+#pragma unroll
+        for (int j = 0; j < LO; ++j) acc[r][j] = 0.0f;
+    const bool traced = op.trace != nullptr;
+    int slot = 0;
+    unsigned parity = 0u;
+    for (int st = 0; st < nstages; ++st) {
+        wait_stage(op, st, nstages, bars, slot, parity);
+        if (traced) {
+            if (st == 0) mark(op, 6);
+            if (st < 30) mark(op, 8 + st);
         }
-        if (partials) {
-            const float m = warp_sum(v) * (1.0f / 32.0f), d = v - m, q = warp_sum(d * d);
-            const int e = row0 * lo + i - lane;  // the warp's first output
-            float2* st = reinterpret_cast<float2*>(op.stat_out);
-            if (lane == 0 && e < rows * lo) st[(static_cast<int64_t>(b) * rows * lo + e) / 32] = make_float2(m, q);
+        const float2* wg = reinterpret_cast<const float2*>(ring + slot * stage_floats + grp * cbs * RPT * K);
+        const float4* xs = reinterpret_cast<const float4*>(X + st * cbs * LO);
+        for (int ch = i; ch < cbs; ch += tg) {
+            float x[LO], w[RPT * K];
+#pragma unroll
+            for (int v = 0; v < LO / 4; ++v) {
+                const float4 q = xs[ch * (LO / 4) + v];
+                x[4 * v] = q.x;
+                x[4 * v + 1] = q.y;
+                x[4 * v + 2] = q.z;
+                x[4 * v + 3] = q.w;
+            }
+#pragma unroll
+            for (int u = 0; u < RPT * K / 2; ++u) {
+                const float2 p = wg[ch * (RPT * K / 2) + u];
+                w[2 * u] = p.x;
+                w[2 * u + 1] = p.y;
+            }
+#pragma unroll
+            for (int r = 0; r < RPT; ++r)
+#pragma unroll
+                for (int t = 0; t < K; ++t)
+#pragma unroll
+                    for (int j = 0; j < LO; ++j)
+                        if (j + t - PAD >= 0 && j + t - PAD < LO) acc[r][j] = fmaf(w[r * K + t], x[j + t - PAD], acc[r][j]);
         }
+        if (traced && st == 1) mark(op, 38);
+        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy);
     }
-    mark(op, 39);
+    mark(op, 7);
+    // the warp's sums over its lanes, as one partial per warp, row and column in red (rows of other pairs zero)
+    float* rw = red + warp * rc * LO;
+    for (int e = lane; e < rc * LO; e += 32) rw[e] = 0.0f;
+    __syncwarp();
+#pragma unroll
+    for (int r = 0; r < RPT; ++r)
+#pragma unroll
+        for (int j = 0; j < LO; ++j) {
+            const float v = warp_sum(acc[r][j]);
+            if (lane == 0) rw[(grp * RPT + r) * LO + j] = v;
+        }
+    __syncthreads();
+    store_segment<T>(op, seg, c, b, red);
 }
 
 template <int COLS, int NBMAX, int T>
@@ -612,6 +704,19 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // 3. (its __syncthreads also publishes the barrier initialisation)
     prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
+    if constexpr (COLS == 8 && T == 512) {
+        if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
+            switch (sg.l_out * 8 + sg.k) {
+                case 33: run_segment_simt<T, 4, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 35: run_segment_simt<T, 4, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 37: run_segment_simt<T, 4, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 65: run_segment_simt<T, 8, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 67: run_segment_simt<T, 8, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 69: run_segment_simt<T, 8, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                default: __trap();
+            }
+        }
+    }
     switch (sg.k) {
         case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
         case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;

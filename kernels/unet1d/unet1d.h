@@ -44,6 +44,8 @@ typedef struct {
     int32_t rows, k, pad, stride, ostep, ophase, l_out;
     int32_t rc, cb, nstages, cta0, ncta, nb;  // rows per CTA (nb blocks of 8), channels per stage (blocks of 8),
                                               // CTAs [cta0, cta0 + ncta)
+    int32_t simt;           // 1: fp32 FMAs on CUDA cores (a stride-1 'same' conv of 4 or 8 columns, 512 threads),
+                            // weights packed per stage [row pair][channel][row][tap]; 0: tensor cores (3xTF32)
 } UnetSegment;
 
 typedef struct {
