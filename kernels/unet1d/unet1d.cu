@@ -1,8 +1,8 @@
 // unet1d.cu: the U-Net's generic layer kernel (unet1d.h: what an op computes) and its C ABI launcher.
 //
-// fp32 storage, fp32-accurate arithmetic (3xTF32 tensor-core products, fp32 sums). One CTA of T threads (512
-// for up to 4 row blocks, else 256) per (rc rows of one segment, batch element): it owns rc output rows of all
-// l_out columns, so there is no cross-CTA reduction; a forward's ~30 ops are grids of up to ~130 CTAs, each
+// fp32 storage, fp32-accurate arithmetic (fp32 FMAs or 3xTF32 tensor-core products, fp32 sums). One CTA of T
+// threads (512 for up to 4 row blocks, else 256) per (rc rows of one segment, batch element): it owns rc output
+// rows of all l_out columns, so there is no cross-CTA reduction; a forward's ~30 ops are grids of up to ~130 CTAs, each
 // under ~110 KB of shared memory where it can, so that two ops' CTAs fit one SM. Per CTA, in order:
 //   1. thread 0 requests the first `ring` stages of its weights (TMA bulk copies, one contiguous stage each,
 //      completing on one mbarrier per ring slot): weights never depend on the previous op, so they stream
@@ -13,17 +13,18 @@
 //      group), per-channel coefficients (a, b, scale, shift), then X = scale * mish(a x + b) + shift + res in
 //      place (a float4 per thread and step where L is a power of two); CTAs store their share of X when the
 //      op materialises it;
-//   4. stages (run_segment): per tap, a transposed GEMM on m16n8k8 TF32 MMAs split 3 ways for fp32 accuracy;
-//      warps take (channel block, tap) units into two accumulator chains; slot reuse: every thread fences its
-//      generic reads of the slot, one barrier, thread 0 re-issues;
+//   4. stages: run_segment_simt for a stride-1 'same' conv of 4 or 8 columns (most of the bytes at B = 1): fp32
+//      FMAs, a thread per row pair and channel; else run_segment: per tap, a transposed GEMM on m16n8k8 TF32 MMAs
+//      split 3 ways for fp32 accuracy, warps over channel blocks; slot reuse: every thread fences its generic
+//      reads of the slot, one barrier, thread 0 re-issues;
 //   5. the warps' partial sums meet in shared memory; + bias; store.
 // An op whose output is read next under a GroupNorm also stores its GroupNorm partials (per 32 outputs: mean and
 // squared deviations), which the reader combines while its sources load, instead of a statistics pass over X.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
 // prologue, segments let one launch hold a conv and its 1x1 residual conv (or both phases of the transposed
-// conv), weights are requested before the dependency wait, and the products run on tensor cores (at B = 1
-// each weight feeds only L <= 16 products: on CUDA cores the instruction issue, not DRAM, set the pace).
+// conv), weights are requested before the dependency wait, and the products of the 16- and 32-column, strided
+// and transposed convs run on tensor cores.
 #include <cuda_runtime.h>
 #include <stdint.h>
 
