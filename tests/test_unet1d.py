@@ -131,6 +131,28 @@ def test_plans_respect_the_kernel(session, name, batch, form):
     assert simt / prog.conv_bytes() > (0.9 if batch == 1 else 0.75)
 
 
+@pytest.mark.parametrize("simt", [0, 1])
+def test_weight_packing_is_the_kernels_layout(simt):
+    """pack_weight puts each weight where unet1d.cu reads it: the SIMT form's thread (pair g, channel c) reads its
+    2 K weights contiguously at ((g cb + c) 2 + row) K + tap of the stage; a tensor-core lane reads (row, channel
+    c % 4 and c % 4 + 4) of one tap as one float2. unpack_weight inverts it, padding included."""
+    s = PLAN.Segment(rows=7, cin=13, k=3, out=PLAN.Buf("y"), ob=0, oc=0, ol=0, l_out=4, rc=8, cb=8, nstages=2,
+                     ncta=1, nb=1, simt=simt)
+    w = torch.arange(7 * 13 * 3, dtype=torch.float64).reshape(7, 13, 3) + 1
+    flat = PLAN.pack_weight(w, s)
+    stage = s.stage_floats
+    for row, ci, t in [(0, 0, 0), (6, 12, 2), (3, 9, 1), (5, 4, 2)]:
+        st, c = divmod(ci, s.cb)
+        if simt:
+            g, rr = divmod(row, PLAN.SIMT_RPT)
+            at = st * stage + ((g * s.cb + c) * PLAN.SIMT_RPT + rr) * s.k + t
+        else:  # [channel block][tap][row block][lane = 4 row + c % 4][c // 4 within the block]
+            at = st * stage + (((c // 8) * s.k + t) * s.nb * 32 + 4 * row + c % 4) * 2 + (c % 8) // 4
+        assert float(flat[at]) == float(w[row, ci, t]), (simt, row, ci, t)
+    full = PLAN.unpack_weight(flat, s)
+    assert torch.equal(full[:7, :13], w) and not full[7:].any() and not full[:, 13:].any()
+
+
 @pytest.fixture(scope="module")
 def library():
     if nvcc_path() is None:
