@@ -83,6 +83,34 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+// One round of warp_sum_scatter: a lane keeps half H of its values (the upper one where lane & off) and adds its
+// partner's (lane ^ off) copy of that half; then the next round on the kept half (recursion: every index is
+// compile-time, so v stays in registers).
+template <int N, int H>
+__device__ __forceinline__ void scatter_rounds(float (&v)[N], int lane, int& index) {
+    constexpr int off = 32 * H / N;
+    const bool upper = (lane & off) != 0;
+#pragma unroll
+    for (int k = 0; k < H; ++k) {
+        const float send = upper ? v[k] : v[k + H], keep = upper ? v[k + H] : v[k];
+        v[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+    }
+    index += upper ? H : 0;
+    if constexpr (H > 1) scatter_rounds<N, H / 2>(v, lane, index);
+}
+
+// N (a power of two, 2 to 32) values per lane, each summed over the warp's lanes with N - 1 + log2(32 / N)
+// shuffles (not 5 N): returns the sum of value `index`, which this lane ends up holding (32 / N lanes hold each;
+// v is consumed).
+template <int N>
+__device__ __forceinline__ float warp_sum_scatter(float (&v)[N], int lane, int& index) {
+    index = 0;
+    scatter_rounds<N, N / 2>(v, lane, index);
+#pragma unroll
+    for (int off = 16 / N; off >= 1; off /= 2) v[0] += __shfl_xor_sync(0xffffffffu, v[0], off);
+    return v[0];
+}
+
 // value of source element (c, l) before the transform (kind 1: sin/cos embedding of t[l], as SinusoidalPosEmb,
 // its argument formed in double so that t * f_i carries no fp32 rounding)
 __device__ __noinline__ float sinusoid(const int64_t* t, int channels, int c, int l) {
@@ -604,11 +632,9 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     const ca::Policy policy = ca::make_policy(1);
     const int stage = rc * cbs * K;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
-    float acc[RPT][LO];
+    float acc[RPT * LO];  // [row][column]
 #pragma unroll
-    for (int r = 0; r < RPT; ++r)
-#pragma unroll
-        for (int j = 0; j < LO; ++j) acc[r][j] = 0.0f;
+    for (int e = 0; e < RPT * LO; ++e) acc[e] = 0.0f;
     const bool traced = op.trace != nullptr;
     int slot = 0;
     unsigned parity = 0u;
@@ -642,7 +668,8 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
                 for (int t = 0; t < K; ++t)
 #pragma unroll
                     for (int j = 0; j < LO; ++j)
-                        if (j + t - PAD >= 0 && j + t - PAD < LO) acc[r][j] = fmaf(w[r * K + t], x[j + t - PAD], acc[r][j]);
+                        if (j + t - PAD >= 0 && j + t - PAD < LO)
+                            acc[r * LO + j] = fmaf(w[r * K + t], x[j + t - PAD], acc[r * LO + j]);
         }
         if (traced && st == 1) mark(op, 38);
         release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy);
@@ -652,13 +679,9 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     float* rw = red + warp * rc * LO;
     for (int e = lane; e < rc * LO; e += 32) rw[e] = 0.0f;
     __syncwarp();
-#pragma unroll
-    for (int r = 0; r < RPT; ++r)
-#pragma unroll
-        for (int j = 0; j < LO; ++j) {
-            const float v = warp_sum(acc[r][j]);
-            if (lane == 0) rw[(grp * RPT + r) * LO + j] = v;
-        }
+    int idx;
+    const float v = warp_sum_scatter<RPT * LO>(acc, lane, idx);
+    if ((lane & (32 / (RPT * LO) - 1)) == 0) rw[grp * RPT * LO + idx] = v;
     __syncthreads();
     store_segment<T>(op, seg, c, b, red);
 }
