@@ -430,15 +430,20 @@ __device__ __forceinline__ void issue_stage(const UnetOp& op, const float* wseg,
 }
 
 // wait until stage `st` (in slot st % ring) has landed and is visible to every thread of the CTA
-// (slot = st % ring, parity = (st / ring) & 1, kept by the caller)
+// (slot = st % ring, parity = (st / ring) & 1, kept by the caller); traced: mark its landing (the marks stay
+// off the loop's path unless tracing)
 __device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages, unsigned bars, int slot,
-                                           unsigned parity) {
+                                           unsigned parity, bool traced) {
     if (op.copy == 2) {  // groups of later stages may be in flight: at most min(ring, nstages - st) - 1
         const int later = min(op.ring, nstages - st) - 1;
         ca::wait_pending(later);
         __syncthreads();
     } else {
         ca::mbar_wait_parity(bars + 8u * slot, parity);
+    }
+    if (traced) {
+        if (st == 0) mark(op, 6);
+        if (st < 30) mark(op, 8 + st);
     }
 }
 
@@ -458,11 +463,13 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// after stage st's work: the slot's reads precede the copy engine's next write (proxy fence), every warp is done
-// with it (barrier), thread 0 requests stage st + ring into it; then the next slot and its barrier's parity
+// after stage st's work (traced: mark stage 1's, thread 0's warp): the slot's reads precede the copy engine's next
+// write (proxy fence), every warp is done with it (barrier), thread 0 requests stage st + ring into it; then the
+// next slot and its barrier's parity
 __device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg, int st, int nstages, int stage,
                                              float* ring, int stage_floats, unsigned bars, int& slot, unsigned& parity,
-                                             const ca::Policy& policy) {
+                                             const ca::Policy& policy, bool traced) {
+    if (traced && st == 1) mark(op, 38);
     if (op.copy != 2) ca::fence_proxy_async_smem();
     __syncthreads();
     if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
@@ -550,15 +557,11 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 #pragma unroll
                 for (int e = 0; e < 4; ++e) acc[h][rb][mt][e] = 0.0f;
 
-    const bool traced = op.trace != nullptr;  // the marks stay off the loop's path unless tracing
+    const bool traced = op.trace != nullptr;
     int slot = 0;  // ring slot of stage st and the parity its barrier completes (no division per stage)
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
-        wait_stage(op, st, nstages, bars, slot, parity);
-        if (traced) {
-            if (st == 0) mark(op, 6);
-            if (st < 30) mark(op, 8 + st);
-        }
+        wait_stage(op, st, nstages, bars, slot, parity, traced);
         const float* ws = ring + slot * stage_floats;
         for (int cbk = warp; cbk < ncb; cbk += kWarps) {
             const float* x0 = X + (st * cbs + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the channel block
@@ -593,8 +596,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                 }
             }
         }
-        if (traced && st == 1) mark(op, 38);  // stage 1's work done (thread 0's warp)
-        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy);
+        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy, traced);
     }
     mark(op, 7);
 
@@ -639,11 +641,7 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     int slot = 0;
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
-        wait_stage(op, st, nstages, bars, slot, parity);
-        if (traced) {
-            if (st == 0) mark(op, 6);
-            if (st < 30) mark(op, 8 + st);
-        }
+        wait_stage(op, st, nstages, bars, slot, parity, traced);
         const float2* wg = reinterpret_cast<const float2*>(ring + slot * stage_floats + grp * cbs * RPT * K);
         const float4* xs = reinterpret_cast<const float4*>(X + st * cbs * LO);
         for (int ch = i; ch < cbs; ch += tg) {
@@ -671,8 +669,7 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
                         if (j + t - PAD >= 0 && j + t - PAD < LO)
                             acc[r * LO + j] = fmaf(w[r * K + t], x[j + t - PAD], acc[r * LO + j]);
         }
-        if (traced && st == 1) mark(op, 38);
-        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy);
+        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy, traced);
     }
     mark(op, 7);
     // the warp's sums over its lanes, as one partial per warp, row and column in red (rows of other pairs zero)
