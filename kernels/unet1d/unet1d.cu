@@ -12,7 +12,9 @@
 //   3. prologue: the sources into X (shared memory; cp.async), GroupNorm statistics (two passes, a warp per
 //      group), per-channel coefficients (a, b, scale, shift), then X = scale * mish(a x + b) + shift + res in
 //      place (a float4 per thread and step where L is a power of two); CTAs store their share of X when the
-//      op materialises it;
+//      op materialises it. Where the op's one transformed source fits two float4s per thread (512 threads) or
+//      four (256), prologue_fast instead loads it into registers beside the partials, one barrier publishes the
+//      statistics, and each thread transforms its own float4s onto the residual it copied into X before the wait;
 //   4. stages: run_segment_simt for a stride-1 'same' conv of 4 or 8 columns (most of the bytes at B = 1): fp32
 //      FMAs, a thread per row pair and channel; else run_segment: per tap, a transposed GEMM on m16n8k8 TF32 MMAs
 //      split 3 ways for fp32 accuracy, warps over channel blocks; slot reuse: every thread fences its generic
@@ -226,10 +228,22 @@ __device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, con
     }
 }
 
+// this CTA's share of X, stored as (B, cin, L) where the op materialises it (a skip or an identity residual)
+template <int T>
+__device__ __forceinline__ void store_mat(const UnetOp& op, int b, int cta, int ncta_all, const float* X) {
+    if (op.mat == nullptr) return;
+    const int n = op.cin * op.l_in, share = (n + ncta_all - 1) / ncta_all;
+    float* dst = op.mat + static_cast<int64_t>(b) * n;
+    for (int i = cta * share + threadIdx.x; i < min(n, (cta + 1) * share); i += T) dst[i] = X[i];
+}
+
 // 3a. before the dependency wait: everything written two or more ops back (or before the forward): sources,
 // per-channel coefficients, the first residual source's leading float4s (into registers)
+// (fast: prologue_fast follows, and the transformed source's residual is copied into X, where its raw values'
+// transform will land: the same thread copies and later reads each float4)
 template <int T>
-__device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, float4 (&rpre)[UR], int& rsrc) {
+__device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, float4 (&rpre)[UR], int& rsrc,
+                               bool fast) {
     const int tid = threadIdx.x, L = op.l_in;
     int c0 = 0, k0 = 0;
     rsrc = -1;
@@ -237,7 +251,11 @@ __device__ void prologue_early(const UnetOp& op, int b, float* X, float4* coef, 
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (s.early) load_raw<T>(s, b, L, X + c0 * L);
         if (transformed(s) && s.coef_early) load_coef<T>(s, b, coef + k0);
-        if (rsrc < 0 && s.res != nullptr && s.res_early && vector_ok(s, L, b)) {
+        if (fast && transformed(s) && s.res != nullptr) {
+            const float* res = s.res + static_cast<int64_t>(b) * s.channels * L;
+            for (int i = 4 * tid; i < s.channels * L; i += 4 * T)
+                ca::copy16(X + c0 * L + i, res + i, true, ca::Policy{0, 0});
+        } else if (rsrc < 0 && s.res != nullptr && s.res_early && vector_ok(s, L, b)) {
             rsrc = si;
             const float4* r4 = reinterpret_cast<const float4*>(s.res + static_cast<int64_t>(b) * s.channels * L);
 #pragma unroll
@@ -406,11 +424,124 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     }
     __syncthreads();
     mark(op, 5);
-    if (op.mat != nullptr) {  // this CTA's share of X, stored as (B, cin, L)
-        const int n = op.cin * L, share = (n + ncta_all - 1) / ncta_all;
-        float* dst = op.mat + static_cast<int64_t>(b) * n;
-        for (int i = cta * share + tid; i < min(n, (cta + 1) * share); i += T) dst[i] = X[i];
+    store_mat<T>(op, b, cta, ncta_all, X);
+}
+
+// float4s of the transformed source that a thread holds in registers (prologue_fast): 4 spill at 512 threads
+// (64 registers), where 2 cover blog's 1024-channel ops at L = 4
+template <int T>
+constexpr int kVmax = T >= 512 ? 2 : 4;
+
+// whether prologue_fast applies (uniform over the CTA): at most one transformed source, written by the previous op
+// (not early) as contiguous 16-byte aligned (B, C, L) rows with L a power of two >= 4, at most kVmax float4s of it
+// per thread, its coefficients and residual (if any) written two or more ops back (loaded early) and its GroupNorm
+// statistics (if any) from its producer's partials
+template <int T>
+__device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
+    const int L = op.l_in;
+    if (L < 4 || (L & (L - 1)) != 0) return false;
+    int n = 0;
+    for (int si = 0; si < op.nsrc; ++si) {
+        const UnetSource& s = op.src[si];
+        if (!transformed(s)) continue;
+        if (++n > 1 || s.kind != 0 || s.early || !s.coef_early || (s.res != nullptr && !s.res_early) || s.sl != 1 ||
+            s.sc != L ||
+            s.channels * L > 4 * kVmax<T> * T || !vector_ok(s, L, b) ||
+            (reinterpret_cast<uintptr_t>(s.raw + static_cast<int64_t>(b) * s.sb) & 15) != 0 ||
+            (s.gamma != nullptr && (si != 0 || op.stat_in == nullptr)))
+            return false;
     }
+    return true;
+}
+
+// 3b. (the register path, where fast_prologue holds) the transformed source's raw values go straight into
+// registers, beside its producer's GroupNorm partials and the untransformed sources' cp.async copies into X,
+// all in flight at once; one barrier publishes the statistics (and X); each thread then transforms its own float4s
+// (a thread per float4, as prologue), finishing their coefficients inline, with the residual that it copied into
+// their place before the dependency wait; a second barrier. Versus prologue: two barriers instead of four, and the
+// previous op's output goes from L2 into registers once, not into X and back.
+template <int T>
+__device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats,
+                                              const float4* coef) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    float2 part = make_float2(0.0f, 0.0f);
+    const int pk = op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * L / 32 : 0;  // per group
+    if (pk > 0 && warp < op.src[0].groups && lane < pk)
+        part = reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * L) / 32 + warp * pk + lane];
+    // sources by compile-time index (fields read from the parameter bank, no copy held in registers)
+    float4 x[kVmax<T>];
+    int c0 = 0;
+#pragma unroll
+    for (int si = 0; si < UNET_MAX_SRC; ++si) {
+        if (si >= op.nsrc) break;
+        const UnetSource& s = op.src[si];
+        if (!transformed(s)) {
+            if (!s.early) load_raw<T>(s, b, L, X + c0 * L);
+        } else {
+            const float4* raw4 = reinterpret_cast<const float4*>(s.raw + static_cast<int64_t>(b) * s.sb);
+            const int n4 = s.channels * L / 4;
+#pragma unroll
+            for (int u = 0; u < kVmax<T>; ++u) {
+                const int v = tid + u * T;
+                x[u] = v < n4 ? __ldcg(raw4 + v) : zero;  // from L2: the previous op wrote it
+            }
+        }
+        c0 += s.channels;
+    }
+    ca::commit();
+    if (pk > 0 && warp < op.src[0].groups) {  // as prologue: Chan et al.'s combination of the k partials
+        const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
+        const float d = part.x - mean;
+        const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
+        if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
+    }
+    ca::wait_all();
+    __syncthreads();
+    mark(op, 3);
+    mark(op, 4);
+    c0 = 0;
+    int k0 = 0;
+#pragma unroll
+    for (int si = 0; si < UNET_MAX_SRC; ++si) {
+        if (si >= op.nsrc) break;
+        const UnetSource& s = op.src[si];
+        if (transformed(s)) {
+            const int n4 = s.channels * L / 4, lsh = __ffs(L) - 1, cpg = s.channels / s.groups;
+            float4* x4 = reinterpret_cast<float4*>(X + c0 * L);
+#pragma unroll
+            for (int u = 0; u < kVmax<T>; ++u) {
+                const int v = tid + u * T;
+                if (v >= n4) continue;
+                const int c = (4 * v) >> lsh;  // a float4 never straddles two channels
+                float4 k = coef[k0 + c];
+                if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
+                    const float2 st = stats[c / cpg];
+                    k.x *= st.y;
+                    k.y -= st.x * k.x;
+                }
+                float4 e = x[u];
+                e.x = e.x * k.x + k.y;
+                e.y = e.y * k.x + k.y;
+                e.z = e.z * k.x + k.y;
+                e.w = e.w * k.x + k.y;
+                if (s.act) {
+                    e.x = mish(e.x);
+                    e.y = mish(e.y);
+                    e.z = mish(e.z);
+                    e.w = mish(e.w);
+                }
+                const float4 r = s.res != nullptr ? x4[v] : zero;  // the residual, copied here early by this thread
+                x4[v] = make_float4(e.x * k.z + k.w + r.x, e.y * k.z + k.w + r.y, e.z * k.z + k.w + r.z,
+                                    e.w * k.z + k.w + r.w);
+            }
+            k0 += s.channels;
+        }
+        c0 += s.channels;
+    }
+    __syncthreads();
+    mark(op, 5);
+    store_mat<T>(op, b, cta, ncta_all, X);
 }
 
 // request stage `st` of this CTA's weights into ring slot `slot` (see UnetOp::copy). Bulk copies: thread 0 only,
@@ -717,13 +848,17 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
     float4 rpre[UR];
     int rsrc;
-    prologue_early<T>(op, b, X, coef, rpre, rsrc);
+    const bool fast = fast_prologue<T>(op, b);
+    prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
     mark(op, 1);
     ca::grid_dependency_wait();
     ca::launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
-    prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
+    if (fast)
+        prologue_fast<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
+    else
+        prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     if constexpr (COLS == 8 && T == 512) {
         if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
