@@ -128,6 +128,22 @@ __device__ __forceinline__ float source_value(const UnetSource& s, int b, int c,
     return s.raw[b * s.sb + c * s.sc + l * s.sl];
 }
 
+// the transform of four elements of one channel: scale * act(a x + b) + shift + r, coefficients k = (a, b, scale,
+// shift)
+__device__ __forceinline__ float4 transform4(float4 x, float4 k, float4 r, int act) {
+    x.x = x.x * k.x + k.y;
+    x.y = x.y * k.x + k.y;
+    x.z = x.z * k.x + k.y;
+    x.w = x.w * k.x + k.y;
+    if (act) {
+        x.x = mish(x.x);
+        x.y = mish(x.y);
+        x.z = mish(x.z);
+        x.w = mish(x.w);
+    }
+    return make_float4(x.x * k.z + k.w + r.x, x.y * k.z + k.w + r.y, x.z * k.z + k.w + r.z, x.w * k.z + k.w + r.w);
+}
+
 constexpr int U = 4;  // loads a thread keeps in flight in the prologue's loops (each is an L2 round trip)
 
 __device__ __forceinline__ bool transformed(const UnetSource& s) {
@@ -400,20 +416,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                 for (int u = 0; u < U; ++u) {
                     const int v = v0 + u * T;
                     if (v >= n4) continue;
-                    const float4 k = coef[k0 + ((4 * v) >> lsh)];
-                    float4 x = x4[v];
-                    x.x = x.x * k.x + k.y;
-                    x.y = x.y * k.x + k.y;
-                    x.z = x.z * k.x + k.y;
-                    x.w = x.w * k.x + k.y;
-                    if (s.act) {
-                        x.x = mish(x.x);
-                        x.y = mish(x.y);
-                        x.z = mish(x.z);
-                        x.w = mish(x.w);
-                    }
-                    x4[v] = make_float4(x.x * k.z + k.w + r[u].x, x.y * k.z + k.w + r[u].y,
-                                        x.z * k.z + k.w + r[u].z, x.w * k.z + k.w + r[u].w);
+                    x4[v] = transform4(x4[v], coef[k0 + ((4 * v) >> lsh)], r[u], s.act);
                 }
             }
         } else {
@@ -520,20 +523,8 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
                     k.x *= st.y;
                     k.y -= st.x * k.x;
                 }
-                float4 e = x[u];
-                e.x = e.x * k.x + k.y;
-                e.y = e.y * k.x + k.y;
-                e.z = e.z * k.x + k.y;
-                e.w = e.w * k.x + k.y;
-                if (s.act) {
-                    e.x = mish(e.x);
-                    e.y = mish(e.y);
-                    e.z = mish(e.z);
-                    e.w = mish(e.w);
-                }
-                const float4 r = s.res != nullptr ? x4[v] : zero;  // the residual, copied here early by this thread
-                x4[v] = make_float4(e.x * k.z + k.w + r.x, e.y * k.z + k.w + r.y, e.z * k.z + k.w + r.z,
-                                    e.w * k.z + k.w + r.w);
+                // the residual: copied here before the dependency wait, by this thread
+                x4[v] = transform4(x[u], k, s.res != nullptr ? x4[v] : zero, s.act);
             }
             k0 += s.channels;
         }
