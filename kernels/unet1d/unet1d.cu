@@ -244,6 +244,30 @@ __device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, con
     }
 }
 
+// source 0's GroupNorm statistics from its producer's partials (unet1d.h stat_in; the plan guarantees one warp per
+// group and <= 32 partials per group): partials per group, 0 when the op reads none
+__device__ __forceinline__ int partials_per_group(const UnetOp& op) {
+    return op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * op.l_in / 32 : 0;
+}
+
+// this lane's partial (warp w takes group w), loaded early in its phase so that its latency hides behind others'
+__device__ __forceinline__ float2 load_partial(const UnetOp& op, int b, int pk) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (pk == 0 || warp >= op.src[0].groups || lane >= pk) return make_float2(0.0f, 0.0f);
+    return reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * op.l_in) / 32 + warp * pk + lane];
+}
+
+// warp w's group from its lanes' pk partials of 32 elements each (mean m_i, squared deviations q_i):
+// mean = sum m_i / k, var = (sum q_i + 32 sum (m_i - mean)^2) / n (Chan et al.'s combination for equal counts)
+__device__ __forceinline__ void combine_partials(const UnetOp& op, float2 part, int pk, float2* stats) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (pk == 0 || warp >= op.src[0].groups) return;
+    const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
+    const float d = part.x - mean;
+    const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
+    if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
+}
+
 // this CTA's share of X, stored as (B, cin, L) where the op materialises it (a skip or an identity residual)
 template <int T>
 __device__ __forceinline__ void store_mat(const UnetOp& op, int b, int cta, int ncta_all, const float* X) {
@@ -293,12 +317,8 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                          float* red, int red_floats, const float4 (&rpre)[UR], int rsrc) {
     constexpr int kWarps = T / 32;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
-    // source 0's statistics from its producer's partials (the plan guarantees one warp per group, <= 32 partials
-    // per group): loaded now, their latency hidden behind the sources'
-    float2 part = make_float2(0.0f, 0.0f);
-    const int pk = op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * L / 32 : 0;  // per group
-    if (pk > 0 && warp < op.src[0].groups && lane < pk)
-        part = reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * L) / 32 + warp * pk + lane];
+    const int pk = partials_per_group(op);
+    const float2 part = load_partial(op, b, pk);  // its latency hidden behind the sources'
     int c0 = 0;
     for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
@@ -314,14 +334,7 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     for (int si = 0; si < op.nsrc; ++si) {  // GroupNorm statistics
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (s.gamma != nullptr && si == 0 && pk > 0) {
-            // k partials of 32 elements each (mean m_i, squared deviations q_i): mean = sum m_i / k,
-            // var = (sum q_i + 32 sum (m_i - mean)^2) / n (Chan et al.'s combination for equal counts)
-            if (warp < s.groups) {
-                const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
-                const float d = part.x - mean;
-                const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
-                if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
-            }
+            combine_partials(op, part, pk, stats);
         } else if (s.gamma != nullptr) {
             const int cpg = s.channels / s.groups, n = cpg * L;  // n: elements of one group
             const int chunks = s.channels * L / 128;  // 32 float4s: one warp step
@@ -447,9 +460,8 @@ __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
     for (int si = 0; si < op.nsrc; ++si) {
         const UnetSource& s = op.src[si];
         if (!transformed(s)) continue;
-        if (++n > 1 || s.kind != 0 || s.early || !s.coef_early || (s.res != nullptr && !s.res_early) || s.sl != 1 ||
-            s.sc != L ||
-            s.channels * L > 4 * kVmax<T> * T || !vector_ok(s, L, b) ||
+        if (++n > 1 || s.kind != 0 || s.early || !s.coef_early || (s.res != nullptr && !s.res_early) ||
+            s.sl != 1 || s.sc != L || s.channels * L > 4 * kVmax<T> * T || !vector_ok(s, L, b) ||
             (reinterpret_cast<uintptr_t>(s.raw + static_cast<int64_t>(b) * s.sb) & 15) != 0 ||
             (s.gamma != nullptr && (si != 0 || op.stat_in == nullptr)))
             return false;
@@ -466,12 +478,10 @@ __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
 template <int T>
 __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats,
                                               const float4* coef) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, L = op.l_in;
+    const int tid = threadIdx.x, L = op.l_in;
     const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    float2 part = make_float2(0.0f, 0.0f);
-    const int pk = op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * L / 32 : 0;  // per group
-    if (pk > 0 && warp < op.src[0].groups && lane < pk)
-        part = reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * L) / 32 + warp * pk + lane];
+    const int pk = partials_per_group(op);
+    const float2 part = load_partial(op, b, pk);
     // sources by compile-time index (fields read from the parameter bank, no copy held in registers)
     float4 x[kVmax<T>];
     int c0 = 0;
@@ -493,12 +503,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
         c0 += s.channels;
     }
     ca::commit();
-    if (pk > 0 && warp < op.src[0].groups) {  // as prologue: Chan et al.'s combination of the k partials
-        const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
-        const float d = part.x - mean;
-        const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
-        if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
-    }
+    combine_partials(op, part, pk, stats);
     ca::wait_all();
     __syncthreads();
     mark(op, 3);
