@@ -163,8 +163,9 @@ def build_library(name: str, sources: Sequence[Path], cuda_flags: Sequence[str] 
     return lib
 
 
-@functools.cache
 def _cdll(path: str) -> ctypes.CDLL:
+    """A CDLL object of its own per call (the same loaded library underneath): each caller declares its own
+    argtypes, so `dpk ab`'s two sides, whose identical sources build one library, do not overwrite each other's."""
     return ctypes.CDLL(path)
 
 

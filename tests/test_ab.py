@@ -120,6 +120,20 @@ def test_extension_name_carries_the_source_hash_and_headers_come_from_beside_the
     assert Path(loads[0]["build_directory"]).name == names[0].replace("dpk_fam_", "dpk_fam-")
 
 
+def test_two_loads_of_one_plain_library_keep_their_own_argtypes():
+    """Identical sources on both sides build one plain (ctypes) library: each side's load must be its own CDLL
+    object, or side B's argtypes (its own ctypes structs) replace side A's and A's calls fail."""
+    import ctypes.util
+
+    libc = ctypes.util.find_library("c")
+    if libc is None:
+        pytest.skip("no libc to load")
+    a, b = build._cdll(libc), build._cdll(libc)
+    a.abs.argtypes = [ctypes.c_int]
+    b.abs.argtypes = [ctypes.c_long]
+    assert a is not b and a.abs.argtypes == [ctypes.c_int]
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_cuda_extension_of_two_versions_in_one_process(tmp_path):
     """Side B's conv1d extension (a copy of the kernels with one changed source) builds and imports beside side
