@@ -35,7 +35,11 @@ def git_state() -> dict[str, Any]:
     """HEAD and whether tracked files differ from it; DPK_GIT_SHA/DPK_GIT_DIRTY stand in where a copy of
     the tree has no .git (e.g. a working tree shipped to a GPU box)."""
     if os.environ.get("DPK_GIT_SHA"):
-        return {"git_sha": os.environ["DPK_GIT_SHA"], "git_dirty": os.environ.get("DPK_GIT_DIRTY", "0") == "1"}
+        sha = os.environ["DPK_GIT_SHA"].strip().lower()
+        if not re.fullmatch(r"[0-9a-f]{40}", sha):  # a short or hand-typed sha cannot be checked where there is no .git
+            raise ValueError(f"DPK_GIT_SHA={os.environ['DPK_GIT_SHA']!r}: give the full 40-character commit "
+                             "(git rev-parse HEAD), so that runs name their commit exactly")
+        return {"git_sha": sha, "git_dirty": os.environ.get("DPK_GIT_DIRTY", "0") == "1"}
     root = project_root()
 
     def git(*args: str) -> str:

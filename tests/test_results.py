@@ -120,3 +120,27 @@ def test_latest_is_the_last_written_of_runs_started_in_the_same_second(tmp_path,
     os.utime(first.json_path, ns=(1, 1))  # written long before the second
     assert results.resolve_run("latest", tmp_path).run_id == second.run_id
     assert results.resolve_run("latest~1", tmp_path).run_id == first.run_id
+
+
+def test_git_sha_from_the_environment_must_be_a_full_commit(monkeypatch):
+    """Where the tree has no .git (a GPU box), DPK_GIT_SHA names the commit: a short or mistyped one is refused
+    before anything runs, a full one is recorded as given."""
+    from dpk.env import git_state
+
+    full = "f7b3b0a71b689a8036e8d8ddcceda295ddff867f"
+    monkeypatch.setenv("DPK_GIT_SHA", full)
+    monkeypatch.setenv("DPK_GIT_DIRTY", "1")
+    assert git_state() == {"git_sha": full, "git_dirty": True}
+    for bad in ("f7b3b0a", "f7b3b0a0", full + "0", "HEAD"):
+        monkeypatch.setenv("DPK_GIT_SHA", bad)
+        with pytest.raises(ValueError, match="full 40-character commit"):
+            git_state()
+
+
+def test_bench_with_a_short_git_sha_fails_before_running(tmp_path, monkeypatch, capsys):
+    from dpk import cli
+
+    monkeypatch.setenv("DPK_GIT_SHA", "f7b3b0a0")
+    rc = cli.main(["bench", "--results-dir", str(tmp_path), "--budget", "0.01"])
+    assert rc != 0 and "DPK_GIT_SHA" in capsys.readouterr().err
+    assert not list(tmp_path.rglob("*.csv"))
