@@ -11,6 +11,7 @@ import pytest
 
 from .conftest import ROOT, TOY_KERNELS, TOY_SUITES
 
+SHA = "0123456789abcdef0123456789abcdef01234567"  # ci/device-run takes a full commit
 SHELL_SCRIPTS = ["bootstrap", "gate-selftest", "gpu-check", "offline-env", "device-run"]
 
 
@@ -27,7 +28,7 @@ def test_device_run_packs_after_every_step(tmp_path):
     bench = ",".join(["bench:--family", "toy", "--variant", "torch", "--case", "m7_n13", "--budget", "0.02",
                       "--kernels-dir", str(TOY_KERNELS), "--suites-dir", str(TOY_SUITES),
                       "--results-dir", str(tmp_path / "res")]) + "=120"
-    run = subprocess.run([str(ROOT / "ci" / "device-run"), "abc1234", bench, "check:no_such_suite=60"],
+    run = subprocess.run([str(ROOT / "ci" / "device-run"), SHA, bench, "check:no_such_suite=60"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     steps = (out / "logs" / "steps.txt").read_text().splitlines()
@@ -38,6 +39,9 @@ def test_device_run_packs_after_every_step(tmp_path):
     # checkout (hundreds of files, tens of MB) may be in the archive
     assert "logs/steps.txt" in names and not any(n.startswith("results/") for n in names)
     assert any((tmp_path / "res").rglob("*.csv"))
-    bad = subprocess.run([str(ROOT / "ci" / "device-run"), "abc1234", "nope"], cwd=ROOT, env=env,
+    bad = subprocess.run([str(ROOT / "ci" / "device-run"), SHA, "nope"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "unknown step 'nope'" in bad.stderr
+    short = subprocess.run([str(ROOT / "ci" / "device-run"), SHA[:7], bench], cwd=ROOT, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert short.returncode == 2 and "full 40-character commit" in short.stderr
