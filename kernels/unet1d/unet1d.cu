@@ -144,6 +144,14 @@ __device__ __forceinline__ float4 transform4(float4 x, float4 k, float4 r, int a
     return make_float4(x.x * k.z + k.w + r.x, x.y * k.z + k.w + r.y, x.z * k.z + k.w + r.z, x.w * k.z + k.w + r.w);
 }
 
+// a channel's coefficients with its group's statistics (mean, rstd) folded in:
+// gamma (x - mean) rstd + beta = a x + (beta - mean a), a = gamma rstd
+__device__ __forceinline__ float4 fold_stats(float4 k, float2 st) {
+    k.x *= st.y;
+    k.y -= st.x * k.x;
+    return k;
+}
+
 constexpr int U = 4;  // loads a thread keeps in flight in the prologue's loops (each is an L2 round trip)
 
 __device__ __forceinline__ bool transformed(const UnetSource& s) {
@@ -388,14 +396,10 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
         const UnetSource s = op.src[si];  // a copy: fields in registers, not indexed constant loads
         if (!transformed(s)) continue;
         if (!s.coef_early) load_coef<T>(s, b, coef + k0);  // a thread finalises the channels it loaded
-        if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
+        if (s.gamma != nullptr) {
             const int cpg = s.channels / s.groups;
             for (int c = tid; c < s.channels; c += T) {
-                const float2 st = stats[si * UNET_MAX_GROUPS + c / cpg];
-                float4 k = coef[k0 + c];
-                k.x *= st.y;
-                k.y -= st.x * k.x;
-                coef[k0 + c] = k;
+                coef[k0 + c] = fold_stats(coef[k0 + c], stats[si * UNET_MAX_GROUPS + c / cpg]);
             }
         }
         k0 += s.channels;
@@ -506,7 +510,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
     combine_partials(op, part, pk, stats);
     ca::wait_all();
     __syncthreads();
-    mark(op, 3);
+    mark(op, 3);  // the sources and the statistics end together here
     mark(op, 4);
     c0 = 0;
     int k0 = 0;
@@ -522,12 +526,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
                 const int v = tid + u * T;
                 if (v >= n4) continue;
                 const int c = (4 * v) >> lsh;  // a float4 never straddles two channels
-                float4 k = coef[k0 + c];
-                if (s.gamma != nullptr) {  // gamma (x - mean) rstd + beta = a x + (beta - mean a)
-                    const float2 st = stats[c / cpg];
-                    k.x *= st.y;
-                    k.y -= st.x * k.x;
-                }
+                const float4 k = s.gamma != nullptr ? fold_stats(coef[k0 + c], stats[c / cpg]) : coef[k0 + c];
                 // the residual: copied here before the dependency wait, by this thread
                 x4[v] = transform4(x[u], k, s.res != nullptr ? x4[v] : zero, s.act);
             }
