@@ -821,19 +821,21 @@ struct PdlOrder {
     }
 };
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
     unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
 
-// thread 0 polls until `*count` reaches `target` (a trap after 2 s: a lost arrival would otherwise hang the GPU);
-// the barrier then orders every thread's later loads after the producers' stores
+// thread 0 polls until `*count` reaches `target` (relaxed loads: an acquire per poll would invalidate L1 each
+// time; one fence after; a trap after 2 s: a lost arrival would otherwise hang the GPU); the barrier then orders
+// every thread's later loads after the producers' stores
 __device__ __forceinline__ void wait_count(const unsigned* count, unsigned target) {
     if (threadIdx.x == 0) {
         const uint64_t t0 = ca::globaltimer_ns();
-        for (unsigned spins = 1; load_acquire(count) < target; ++spins)
+        for (unsigned spins = 1; load_relaxed(count) < target; ++spins)
             if ((spins & 4095u) == 0 && ca::globaltimer_ns() - t0 > 2000000000ull) __trap();
+        asm volatile("fence.acq_rel.gpu;" ::: "memory");
     }
     __syncthreads();
 }
@@ -1085,6 +1087,9 @@ extern "C" int dpk_unet1d_launch_persistent(const UnetOp* ops, int n, unsigned* 
     prog.n = n;
     void (*fn)(UnetProgram) = unet1d_persistent_kernel;
     cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e == cudaSuccess)  // the largest shared-memory carveout: two CTAs per SM where smem allows
+        e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                 static_cast<int>(cudaSharedmemCarveoutMaxShared));
     int per_sm = 0, device = 0, sms = 0;
     if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 512, smem);
     if (e == cudaSuccess) e = cudaGetDevice(&device);
