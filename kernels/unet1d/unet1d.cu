@@ -929,35 +929,36 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
 // their weights while this op's still run, as two launches' CTAs share an SM under PDL). A share ends with a
 // barrier and thread 0's release increment of done[j]. Versus the launches: no CTA launch or grid completion per
 // op; the next op starts when the counter shows every CTA's stores.
-// one op's share in the persistent kernel, out of line: its registers are allocated apart from the walk's
-template <int COLS, int NBMAX>
-__device__ __noinline__ void run_share(const UnetOp& op, int unit, unsigned char* smem, const FlagOrder order) {
-    run_op<COLS, NBMAX, 512>(op, unit, smem, order);
-}
-
 __device__ __forceinline__ void run_any(const UnetOp& op, int unit, unsigned char* smem, const FlagOrder& order) {
     int nb = 0;
     for (int s = 0; s < op.nseg; ++s) nb = op.seg[s].nb > nb ? op.seg[s].nb : nb;
     switch (op.cols * 8 + (nb <= 1 ? 1 : nb <= 2 ? 2 : 4)) {
-        case 65: run_share<8, 1>(op, unit, smem, order); break;
-        case 66: run_share<8, 2>(op, unit, smem, order); break;
-        case 68: run_share<8, 4>(op, unit, smem, order); break;
-        case 129: run_share<16, 1>(op, unit, smem, order); break;
-        case 130: run_share<16, 2>(op, unit, smem, order); break;
-        case 132: run_share<16, 4>(op, unit, smem, order); break;
-        case 257: run_share<32, 1>(op, unit, smem, order); break;
-        case 258: run_share<32, 2>(op, unit, smem, order); break;
+        case 65: run_op<8, 1, 512>(op, unit, smem, order); break;
+        case 66: run_op<8, 2, 512>(op, unit, smem, order); break;
+        case 68: run_op<8, 4, 512>(op, unit, smem, order); break;
+        case 129: run_op<16, 1, 512>(op, unit, smem, order); break;
+        case 130: run_op<16, 2, 512>(op, unit, smem, order); break;
+        case 132: run_op<16, 4, 512>(op, unit, smem, order); break;
+        case 257: run_op<32, 1, 512>(op, unit, smem, order); break;
+        case 258: run_op<32, 2, 512>(op, unit, smem, order); break;
         default: __trap();  // the launcher admits only these (persistent_ok)
     }
 }
 
 __global__ void __launch_bounds__(512, 2) unet1d_persistent_kernel(const __grid_constant__ UnetProgram p) {
     extern __shared__ __align__(128) unsigned char smem[];
+    // the current op, copied from the parameters: fields indexed by a loop variable would be generic loads of the
+    // parameter space, held in registers (spilled) across the share; from shared memory they are reloaded cheaply
+    __shared__ __align__(16) UnetOp op;
     const int G = static_cast<int>(gridDim.x), me = static_cast<int>(blockIdx.x);
     for (int j = 0; j < p.n; ++j) {
-        const UnetOp& op = p.ops[j];
+        const int first = (me - (j & 1) * (G / 2) + G) % G;
+        if (first >= p.ops[j].grid) continue;
         const FlagOrder order{p.done, j, j >= 2 ? p.ops[j - 2].grid : 0, j >= 1 ? p.ops[j - 1].grid : 0};
-        for (int unit = (me - (j & 1) * (G / 2) + G) % G; unit < op.grid; unit += G) {
+        for (int i = threadIdx.x; i < static_cast<int>(sizeof(UnetOp) / 4); i += blockDim.x)
+            reinterpret_cast<unsigned*>(&op)[i] = reinterpret_cast<const unsigned*>(&p.ops[j])[i];
+        __syncthreads();
+        for (int unit = first; unit < op.grid; unit += G) {
             run_any(op, unit, smem, order);
             ca::fence_proxy_async_smem();  // the next share's bulk copies may land where this one's X was
             __syncthreads();               // every thread's stores of this share precede the count
