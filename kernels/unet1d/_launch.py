@@ -29,7 +29,6 @@ SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
 COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
 PDL = int(os.environ.get("DPK_UNET1D_PDL", "1"))  # 0: plain stream order between ops (a diagnostic: _trace.py)
-MAX_OPS = 48  # unet1d.h UNET_MAX_OPS: the persistent launch's program
 TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
@@ -67,7 +66,6 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dpk_unet1d_struct_sizes.argtypes = [ctypes.POINTER(ctypes.c_int)] * 3
     lib.dpk_unet1d_prepare.argtypes = [ctypes.c_int]
     lib.dpk_unet1d_launch.argtypes = [ctypes.POINTER(COp), ctypes.c_int, P, ctypes.c_int]
-    lib.dpk_unet1d_launch_persistent.argtypes = [ctypes.POINTER(COp), ctypes.c_int, P, P, ctypes.POINTER(ctypes.c_int)]
     lib.dpk_unet1d_error_string.restype = ctypes.c_char_p
     return lib
 
@@ -142,8 +140,6 @@ class Compiled:
         self.work = torch.zeros(program.work.size, dtype=torch.float32, device=device)
         self.entries: OrderedDict[tuple, dict] = OrderedDict()
         self.ranges = [Ranges(op.name) for op in program.ops]
-        self.done: torch.Tensor | None = None  # the persistent launch's counters (unet1d.h UnetProgram::done)
-        self.persistent_grid = 0
 
     def resident_bytes(self) -> int:
         extra = sum(e["out"].numel() * 4 for e in self.entries.values())
@@ -174,40 +170,6 @@ class Compiled:
             with rng if ranges else _NULL:
                 _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
                                                               ctypes.POINTER(COp)), 1, stream, PDL))
-        return e["out"]
-
-    def persistent_unavailable(self) -> str | None:
-        """Why the persistent launch cannot run this program (unet1d.cu persistent_ok), or None."""
-        ops = self.program.ops
-        if len(ops) > MAX_OPS:
-            return f"{len(ops)} ops > {MAX_OPS}"
-        for op in ops:
-            nb = max(s.nb for s in op.segs)
-            if op.threads != 512 or nb > (2 if op.cols == 32 else 4):
-                return f"op {op.name} runs {op.threads} threads with {nb} row blocks (the persistent kernel: 512, <= 4)"
-        return None
-
-    def launch_persistent(self, io: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Every op in one persistent launch, ordered by per-op counters instead of launches."""
-        reason = self.persistent_unavailable()
-        if reason is not None:
-            raise dpk.Unavailable(reason)
-        lib, e = library(), self._entry(io)
-        if self.done is None:
-            self.done = torch.zeros(MAX_OPS + 1, dtype=torch.int32, device=self.device)
-        grid = ctypes.c_int(0)
-        stream = P(torch.cuda.current_stream(self.device).cuda_stream)
-        _check(lib, lib.dpk_unet1d_launch_persistent(e["ops"], len(self.program.ops), P(self.done.data_ptr()),
-                                                     stream, ctypes.byref(grid)))
-        self.persistent_grid = grid.value
-        return e["out"]
-
-    def replay_persistent(self, io: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The persistent launch as a CUDA graph, captured on first use of this input address set."""
-        e = self._entry(io)
-        if e.get("pgraph") is None:
-            e["pgraph"], _ = graph_of(lambda: self.launch_persistent(io), self.device, warmup=1)
-        e["pgraph"].replay()
         return e["out"]
 
     def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:

@@ -1,4 +1,4 @@
-"""kernels, kernels_graph, kernels_persistent: one forward as ~30 launches of unet1d.cu's layer kernel (fp32).
+"""kernels, kernels_graph: one forward as ~30 launches of unet1d.cu's layer kernel (fp32).
 
 The program (_program.py) fuses each Conv1dBlock's GroupNorm, Mish, FiLM and residual add into the next
 conv's prologue, holds a block's 1x1 residual conv in its first conv's launch and both phases of the
@@ -7,9 +7,7 @@ each launch requests its weights before waiting on its predecessor (programmatic
 kernels issues the launches from Python, each in an NVTX range named for its layer (`dpk ncu --range`);
 kernels_graph replays the whole forward as one CUDA graph, captured per set of input addresses, so a
 denoising loop that reuses its buffers pays no host work per step. Both return an output buffer they own
-(overwritten by the next call with the same inputs). kernels_persistent runs the same ops in one launch: a grid of
-co-resident CTAs walks the program, each op waiting on a counter of its predecessor's finished CTAs instead of a
-launch boundary (one graph of that launch, replayed).
+(overwritten by the next call with the same inputs).
 """
 from __future__ import annotations
 
@@ -60,11 +58,3 @@ def kernels_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: tor
     """`kernels` captured once into one CUDA graph (PDL edges kept) and replayed."""
     io = _io(sample, timestep, global_cond, obs, call, "kernels_graph")
     return compiled_program(call, sample.shape[0], sample.shape[1]).replay(io)
-
-
-@dpk.variant("unet1d", "kernels_persistent", needs=NEEDS, compute="float32", graph=False, info=_info)
-def kernels_persistent(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
-                       call: Call) -> torch.Tensor:
-    """The same ops as `kernels_graph` in one persistent launch (counters between ops, not launches), replayed."""
-    io = _io(sample, timestep, global_cond, obs, call, "kernels_persistent")
-    return compiled_program(call, sample.shape[0], sample.shape[1]).replay_persistent(io)

@@ -616,7 +616,8 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
     // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
     // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
-    const bool partials = op.stat_out != nullptr && seg.cta0 == 0;
+    const bool partials = op.stat_out != nullptr && (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid <
+                                                                         op.seg[1].cta0);
     for (int i = tid; i < rc * lo; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
         float v = 0.0f;
@@ -808,52 +809,9 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     store_segment<T>(op, seg, c, b, red);
 }
 
-// How an op is ordered after the ops before it. Separate launches (PdlOrder): programmatic dependent launch
-// (the next op's CTAs start while this one runs; griddepcontrol.wait returns once the previous grid has finished).
-// One persistent launch (FlagOrder): a counter per op of its finished CTAs, polled by thread 0 (acquire) before a
-// barrier. `older`: every op before j - 1 has finished (what prologue_early reads); `previous`: op j - 1 too.
-struct PdlOrder {
-    __device__ __forceinline__ void older() const {}
-    __device__ __forceinline__ void previous() const {
-        // released only now, so that when op j starts every op before j - 1 has finished: what `older` promises
-        ca::grid_dependency_wait();
-        ca::launch_dependents();
-    }
-};
-
-__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-// thread 0 polls until `*count` reaches `target` (relaxed loads: an acquire per poll would invalidate L1 each
-// time; one fence after; a trap after 2 s: a lost arrival would otherwise hang the GPU); the barrier then orders
-// every thread's later loads after the producers' stores
-__device__ __forceinline__ void wait_count(const unsigned* count, unsigned target) {
-    if (threadIdx.x == 0) {
-        const uint64_t t0 = ca::globaltimer_ns();
-        for (unsigned spins = 1; load_relaxed(count) < target; ++spins)
-            if ((spins & 4095u) == 0 && ca::globaltimer_ns() - t0 > 2000000000ull) __trap();
-        asm volatile("fence.acq_rel.gpu;" ::: "memory");
-    }
-    __syncthreads();
-}
-
-struct FlagOrder {
-    const unsigned* done;  // done[i]: CTAs of op i finished (UnetProgram::done)
-    int j, grid2, grid1;   // this op's index, the CTA counts of ops j - 2 and j - 1
-    __device__ __forceinline__ void older() const {
-        if (j >= 2) wait_count(done + j - 2, static_cast<unsigned>(grid2));
-    }
-    __device__ __forceinline__ void previous() const {
-        if (j >= 1) wait_count(done + j - 1, static_cast<unsigned>(grid1));
-    }
-};
-
-// One CTA's share of one op: `unit` in [0, op.grid) (its batch element and CTA within the op), steps 1.-5.
-template <int COLS, int NBMAX, int T, class Order>
-__device__ __forceinline__ void run_op(const UnetOp& op, int unit, unsigned char* smem, const Order& order) {
+template <int COLS, int NBMAX, int T>
+__global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
+    extern __shared__ __align__(128) unsigned char smem[];
     const Carve cv = carve(op);
     const unsigned bars = ca::smem_addr(smem);
     float2* stats = reinterpret_cast<float2*>(smem + cv.stats);
@@ -863,7 +821,7 @@ __device__ __forceinline__ void run_op(const UnetOp& op, int unit, unsigned char
     float* X = reinterpret_cast<float*>(smem + cv.x);
     const int stage_floats = cv.stage_bytes / 4;
 
-    const int b = unit % op.batch_grid, cta = unit / op.batch_grid;
+    const int b = blockIdx.x % op.batch_grid, cta = blockIdx.x / op.batch_grid;
     const int si = (op.nseg > 1 && cta >= op.seg[1].cta0) ? 1 : 0;
     const UnetSegment& sg = op.seg[si];
     const int c = cta - sg.cta0;
@@ -881,14 +839,15 @@ __device__ __forceinline__ void run_op(const UnetOp& op, int unit, unsigned char
         for (int s = 0; s < op.ring && s < sg.nstages; ++s)
             issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
-    // 2. what older ops wrote; wait for the previous op
+    // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
+    // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
     float4 rpre[UR];
     int rsrc;
     const bool fast = fast_prologue<T>(op, b);
-    order.older();
     prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
     mark(op, 1);
-    order.previous();
+    ca::grid_dependency_wait();
+    ca::launch_dependents();
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     if (fast)
@@ -915,60 +874,6 @@ __device__ __forceinline__ void run_op(const UnetOp& op, int unit, unsigned char
         case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
         case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
         default: __trap();  // the plan admits K in {1, 2, 3, 5}
-    }
-}
-
-template <int COLS, int NBMAX, int T>
-__global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    run_op<COLS, NBMAX, T>(op, static_cast<int>(blockIdx.x), smem, PdlOrder{});
-}
-
-// The persistent form: a grid of co-resident CTAs walks the program; CTA p takes op j's shares p - base, p - base +
-// G, ... (base: 0 for even j, G / 2 for odd: consecutive ops fall to different CTAs, so the next op's CTAs request
-// their weights while this op's still run, as two launches' CTAs share an SM under PDL). A share ends with a
-// barrier and thread 0's release increment of done[j]. Versus the launches: no CTA launch or grid completion per
-// op; the next op starts when the counter shows every CTA's stores.
-__device__ __forceinline__ void run_any(const UnetOp& op, int unit, unsigned char* smem, const FlagOrder& order) {
-    int nb = 0;
-    for (int s = 0; s < op.nseg; ++s) nb = op.seg[s].nb > nb ? op.seg[s].nb : nb;
-    switch (op.cols * 8 + (nb <= 1 ? 1 : nb <= 2 ? 2 : 4)) {
-        case 65: run_op<8, 1, 512>(op, unit, smem, order); break;
-        case 66: run_op<8, 2, 512>(op, unit, smem, order); break;
-        case 68: run_op<8, 4, 512>(op, unit, smem, order); break;
-        case 129: run_op<16, 1, 512>(op, unit, smem, order); break;
-        case 130: run_op<16, 2, 512>(op, unit, smem, order); break;
-        case 132: run_op<16, 4, 512>(op, unit, smem, order); break;
-        case 257: run_op<32, 1, 512>(op, unit, smem, order); break;
-        case 258: run_op<32, 2, 512>(op, unit, smem, order); break;
-        default: __trap();  // the launcher admits only these (persistent_ok)
-    }
-}
-
-__global__ void __launch_bounds__(512, 2) unet1d_persistent_kernel(const __grid_constant__ UnetProgram p) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    // the current op, copied from the parameters: fields indexed by a loop variable would be generic loads of the
-    // parameter space, held in registers (spilled) across the share; from shared memory they are reloaded cheaply
-    __shared__ __align__(16) UnetOp op;
-    const int G = static_cast<int>(gridDim.x), me = static_cast<int>(blockIdx.x);
-    for (int j = 0; j < p.n; ++j) {
-        const int first = (me - (j & 1) * (G / 2) + G) % G;
-        if (first >= p.ops[j].grid) continue;
-        const FlagOrder order{p.done, j, j >= 2 ? p.ops[j - 2].grid : 0, j >= 1 ? p.ops[j - 1].grid : 0};
-        for (int i = threadIdx.x; i < static_cast<int>(sizeof(UnetOp) / 4); i += blockDim.x)
-            reinterpret_cast<unsigned*>(&op)[i] = reinterpret_cast<const unsigned*>(&p.ops[j])[i];
-        __syncthreads();
-        for (int unit = first; unit < op.grid; unit += G) {
-            run_any(op, unit, smem, order);
-            ca::fence_proxy_async_smem();  // the next share's bulk copies may land where this one's X was
-            __syncthreads();               // every thread's stores of this share precede the count
-            if (threadIdx.x == 0) asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(p.done + j) : "memory");
-        }
-    }
-    if (threadIdx.x == 0 && atomicAdd(p.done + UNET_MAX_OPS, 1u) == static_cast<unsigned>(G - 1)) {
-        for (int j = 0; j < p.n; ++j) p.done[j] = 0u;  // every CTA has passed its last wait
-        p.done[UNET_MAX_OPS] = 0u;
-        __threadfence();
     }
 }
 
@@ -1066,44 +971,6 @@ extern "C" int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl
         if (e != cudaSuccess) return static_cast<int>(e);
     }
     return 0;
-}
-
-// whether run_any has the op's instantiation: 512 threads, 8/16/32 columns, at most 4 (2 at 32 columns) row blocks
-static bool persistent_ok(const UnetOp& op) {
-    const int nb = pow2_at_least(op_nbmax(op));
-    return op.threads == 512 && nb <= (op.cols == 32 ? 2 : 4) && (op.cols == 8 || op.cols == 16 || op.cols == 32);
-}
-
-extern "C" int dpk_unet1d_launch_persistent(const UnetOp* ops, int n, unsigned* done, void* stream, int* grid) {
-    if (n < 1 || n > UNET_MAX_OPS || done == nullptr) return static_cast<int>(cudaErrorInvalidValue);
-    static UnetProgram prog;  // 26 KB: not on the stack; the launch copies it
-    int smem = 0;
-    for (int i = 0; i < n; ++i) {
-        if (!persistent_ok(ops[i]) || ops[i].grid <= 0) return static_cast<int>(cudaErrorInvalidValue);
-        smem = ops[i].smem_bytes > smem ? ops[i].smem_bytes : smem;
-        prog.ops[i] = ops[i];
-        prog.ops[i].trace = nullptr;  // the trace indexes CTAs by launch: not kept here
-    }
-    prog.done = done;
-    prog.n = n;
-    void (*fn)(UnetProgram) = unet1d_persistent_kernel;
-    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e == cudaSuccess)  // the largest shared-memory carveout: two CTAs per SM where smem allows
-        e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 static_cast<int>(cudaSharedmemCarveoutMaxShared));
-    int per_sm = 0, device = 0, sms = 0;
-    if (e == cudaSuccess) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, fn, 512, smem);
-    if (e == cudaSuccess) e = cudaGetDevice(&device);
-    if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    if (e != cudaSuccess) return static_cast<int>(e);
-    if (per_sm < 1) return static_cast<int>(cudaErrorInvalidConfiguration);
-    *grid = per_sm * sms;  // every CTA resident at once: the counters' waits need it
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(static_cast<unsigned>(*grid));
-    cfg.blockDim = dim3(512u);
-    cfg.dynamicSmemBytes = static_cast<size_t>(smem);
-    cfg.stream = static_cast<cudaStream_t>(stream);
-    return static_cast<int>(cudaLaunchKernelEx(&cfg, fn, prog));
 }
 
 extern "C" const char* dpk_unet1d_error_string(int code) {

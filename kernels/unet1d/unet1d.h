@@ -65,17 +65,6 @@ typedef struct {
                             // critical path (the loads overlap the sources')
 } UnetOp;
 
-// A whole forward as one persistent launch (dpk_unet1d_launch_persistent): every op, and done[i], the count of op
-// i's CTAs that have finished (done[UNET_MAX_OPS]: CTAs that have left the kernel). Zero before the first launch;
-// the last CTA out resets it, so a graph may replay the launch.
-#define UNET_MAX_OPS 48
-
-typedef struct {
-    UnetOp ops[UNET_MAX_OPS];
-    unsigned* done;         // UNET_MAX_OPS + 1 counters
-    int32_t n, pad_;
-} UnetProgram;
-
 #define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
                               // first stage landed, stages done, then stage s landed for s < 32 (ns)
 
@@ -90,11 +79,6 @@ int dpk_unet1d_struct_sizes(int* source, int* segment, int* op);
 int dpk_unet1d_prepare(int max_smem_bytes);
 // Launch ops[0..n) in order on `stream`, each with programmatic dependent launch when pdl != 0.
 int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl);
-// Launch ops[0..n) as one persistent kernel on `stream`: a grid of every CTA that fits the device at once (two per
-// SM where every op fits half its shared memory), each walking the ops in order and taking op i's CTA shares
-// (i odd: from the grid's second half) behind done[] counters instead of launches. Every op must run 512 threads
-// and n <= UNET_MAX_OPS. `done`: UNET_MAX_OPS + 1 zeroed counters, owned by the program. *grid: the grid used.
-int dpk_unet1d_launch_persistent(const UnetOp* ops, int n, unsigned* done, void* stream, int* grid);
 const char* dpk_unet1d_error_string(int code);
 #ifdef __cplusplus
 }
