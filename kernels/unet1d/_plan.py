@@ -170,7 +170,15 @@ def plan_op(op: Op, sms: int = SMS) -> None:
 
     Stages are sized so that at least RING_WANT fit beside X and the coefficients within SMEM_BUDGET (two
     ops' CTAs per SM); an op whose X alone leaves no room for that goes over the budget (up to SMEM_MAX)
-    rather than stream its weights one stage at a time."""
+    rather than stream its weights one stage at a time. Such an op has one CTA per SM, so its CTAs beyond `sms`
+    would run as a second wave after the first has streamed its share: its SIMT rows per CTA are then rounded up
+    instead of to the nearest power of two (Push-T image's up0.res0.conv1: 96 CTAs, not 128 + 32)."""
+    _plan_op(op, sms, round_up=False)
+    if op.smem_bytes > SMEM_BUDGET and op.grid > sms and op.batch_grid == 1:
+        _plan_op(op, sms, round_up=True)
+
+
+def _plan_op(op: Op, sms: int, round_up: bool) -> None:
     total = sum(s.weight_bytes for s in op.segs)
     lout = max(s.l_out for s in op.segs)
     if any(s.k not in (1, 2, 3, 5) for s in op.segs):
@@ -189,7 +197,8 @@ def plan_op(op: Op, sms: int = SMS) -> None:
             # 126 CTAs take 128 CTAs, not 64), at least a GroupNorm partial's 32 outputs, at most 32 (512 threads).
             # (With a CTA per batch element the grid is already several waves: smaller shares only multiply
             # the prologues, measured 855 -> 928 us at blog B = 8.)
-            s.rc = max(2, 32 // s.l_out, min(SIMT_RC_MAX, 1 << max(0, round(math.log2(per_cta)))))
+            log2 = math.ceil(math.log2(per_cta)) if round_up else round(math.log2(per_cta))
+            s.rc = max(2, 32 // s.l_out, min(SIMT_RC_MAX, 1 << max(0, log2)))
         else:
             s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
         s.nb = -(-s.rc // 8)
