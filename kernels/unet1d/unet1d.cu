@@ -452,15 +452,12 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
 template <int T>
 constexpr int kVmax = T >= 512 ? 2 : 4;
 
-// float4s per thread of prologue_staged (Push-T's 8192-element sources: 2048 x 4, 1024 x 8, 512 x 16 at 512 threads)
-constexpr int kVstaged = 4;
-
-// whether prologue_fast (vmax = kVmax) or prologue_staged (vmax = kVstaged) applies (uniform over the CTA): at most
-// one transformed source, written by the previous op (not early) as contiguous 16-byte aligned (B, C, L) rows with
-// L a power of two >= 4, at most vmax float4s of it per thread, its coefficients and residual (if any) written two or
-// more ops back (loaded early) and its GroupNorm statistics (if any) from its producer's partials
+// whether prologue_fast applies (uniform over the CTA): at most one transformed source, written by the previous op
+// (not early) as contiguous 16-byte aligned (B, C, L) rows with L a power of two >= 4, at most kVmax float4s of it
+// per thread, its coefficients and residual (if any) written two or more ops back (loaded early) and its GroupNorm
+// statistics (if any) from its producer's partials
 template <int T>
-__device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b, int vmax) {
+__device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
     const int L = op.l_in;
     if (L < 4 || (L & (L - 1)) != 0) return false;
     int n = 0;
@@ -468,7 +465,7 @@ __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b, int vmax)
         const UnetSource& s = op.src[si];
         if (!transformed(s)) continue;
         if (++n > 1 || s.kind != 0 || s.early || !s.coef_early || (s.res != nullptr && !s.res_early) ||
-            s.sl != 1 || s.sc != L || s.channels * L > 4 * vmax * T || !vector_ok(s, L, b) ||
+            s.sl != 1 || s.sc != L || s.channels * L > 4 * kVmax<T> * T || !vector_ok(s, L, b) ||
             (reinterpret_cast<uintptr_t>(s.raw + static_cast<int64_t>(b) * s.sb) & 15) != 0 ||
             (s.gamma != nullptr && (si != 0 || op.stat_in == nullptr)))
             return false;
@@ -532,73 +529,6 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
                 const float4 k = s.gamma != nullptr ? fold_stats(coef[k0 + c], stats[c / cpg]) : coef[k0 + c];
                 // the residual: copied here before the dependency wait, by this thread
                 x4[v] = transform4(x[u], k, s.res != nullptr ? x4[v] : zero, s.act);
-            }
-            k0 += s.channels;
-        }
-        c0 += s.channels;
-    }
-    __syncthreads();
-    mark(op, 5);
-    store_mat<T>(op, b, cta, ncta_all, X);
-}
-
-// 3b. (where fast_prologue holds for kVstaged float4s per thread but not for kVmax: too many to hold in registers)
-// the transformed source goes into X by cp.async, each thread's residual float4s into registers (the first UR loaded
-// before the dependency wait, the rest now, beside the copies and its producer's GroupNorm partials); one barrier
-// publishes the statistics; each thread transforms the float4s it copied, finishing their coefficients inline; a
-// second barrier. Versus prologue: two barriers instead of four, and the residual's loads off the transform's path.
-template <int T>
-__device__ __forceinline__ void prologue_staged(const UnetOp& op, int b, int cta, int ncta_all, float* X,
-                                                float2* stats, const float4* coef, const float4 (&rpre)[UR], int rsrc) {
-    const int tid = threadIdx.x, L = op.l_in;
-    const float4 zero = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const int pk = partials_per_group(op);
-    const float2 part = load_partial(op, b, pk);
-    float4 r[kVstaged];
-    int c0 = 0;
-#pragma unroll
-    for (int si = 0; si < UNET_MAX_SRC; ++si) {
-        if (si >= op.nsrc) break;
-        const UnetSource& s = op.src[si];
-        if (!transformed(s)) {
-            if (!s.early) load_raw<T>(s, b, L, X + c0 * L);
-        } else {
-            load_raw<T>(s, b, L, X + c0 * L);  // contiguous and aligned (fast_prologue): 16-byte copies, float4 v by
-                                               // thread v % T, as the transform below takes them
-            const float4* r4 = s.res != nullptr ? reinterpret_cast<const float4*>(
-                                                      s.res + static_cast<int64_t>(b) * s.channels * L)
-                                                : nullptr;
-            const int n4 = s.channels * L / 4;
-#pragma unroll
-            for (int u = 0; u < kVstaged; ++u) {
-                const int v = tid + u * T;
-                r[u] = (u < UR && si == rsrc) ? rpre[u < UR ? u : 0] : (r4 != nullptr && v < n4) ? r4[v] : zero;
-            }
-        }
-        c0 += s.channels;
-    }
-    ca::commit();
-    combine_partials(op, part, pk, stats);
-    ca::wait_all();
-    __syncthreads();
-    mark(op, 3);
-    mark(op, 4);
-    c0 = 0;
-    int k0 = 0;
-#pragma unroll
-    for (int si = 0; si < UNET_MAX_SRC; ++si) {
-        if (si >= op.nsrc) break;
-        const UnetSource& s = op.src[si];
-        if (transformed(s)) {
-            const int n4 = s.channels * L / 4, lsh = __ffs(L) - 1, cpg = s.channels / s.groups;
-            float4* x4 = reinterpret_cast<float4*>(X + c0 * L);
-#pragma unroll
-            for (int u = 0; u < kVstaged; ++u) {
-                const int v = tid + u * T;
-                if (v >= n4) continue;
-                const int c = (4 * v) >> lsh;
-                const float4 k = s.gamma != nullptr ? fold_stats(coef[k0 + c], stats[c / cpg]) : coef[k0 + c];
-                x4[v] = transform4(x4[v], k, r[u], s.act);
             }
             k0 += s.channels;
         }
@@ -913,8 +843,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
     float4 rpre[UR];
     int rsrc;
-    const bool fast = fast_prologue<T>(op, b, kVmax<T>);
-    const bool staged = T == 512 && !fast && fast_prologue<T>(op, b, kVstaged);
+    const bool fast = fast_prologue<T>(op, b);
     prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
     mark(op, 1);
     ca::grid_dependency_wait();
@@ -923,8 +852,6 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // 3. (its __syncthreads also publishes the barrier initialisation)
     if (fast)
         prologue_fast<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
-    else if (staged)
-        prologue_staged<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, rpre, rsrc);
     else
         prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
