@@ -210,11 +210,6 @@ __device__ __forceinline__ void mbar_wait_first_phase(unsigned bar) {
 #endif
 }
 
-// Request `bytes` (multiple of 16, 16-byte aligned) of global memory into L2, nothing into shared memory.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* src, unsigned bytes) {
-    DPK_SM90_ONLY(asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(src), "r"(bytes) : "memory"));
-}
-
 // `bytes` (multiple of 16, both addresses 16-byte aligned) global -> shared, completion counted on `bar`.
 __device__ __forceinline__ void bulk_copy_g2s(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
     DPK_SM90_ONLY(asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"

@@ -21,7 +21,7 @@ from dpk.nvtx import Ranges
 from dpk.timing_aids import graph_of
 
 from ._net import Call
-from ._plan import SMEM_MAX, Buf, Op, Segment, Source, next_prefetch
+from ._plan import SMEM_MAX, Buf, Op, Segment, Source
 from ._program import Program, build_program
 
 HERE = Path(__file__).resolve().parent
@@ -29,7 +29,6 @@ SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
 COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
 PDL = int(os.environ.get("DPK_UNET1D_PDL", "1"))  # 0: plain stream order between ops (a diagnostic: _trace.py)
-NEXT_KB = int(os.environ.get("DPK_UNET1D_NEXT_KB", "192"))  # UnetOp::next: KB per CTA of the next op, 0: none
 TRACE_POINTS = 40  # unet1d.h UNET_TRACE_POINTS: 8 phases, then the landing of stages 0..31
 TRACE_NAMES = ("start", "requested", "dependency", "sources", "stats", "transform", "first_stage", "stages")
 
@@ -50,17 +49,11 @@ class CSegment(ctypes.Structure):
                            "cta0", "ncta", "nb", "simt")]
 
 
-class CNext(ctypes.Structure):
-    _fields_ = [("w", P * 2), ("cta_floats", I64 * 2), ("cta0", I32 * 2), ("bytes", I32 * 2), ("ncta", I32),
-                ("pad_", I32)]
-
-
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
         (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
                            "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("pad_", I32),
-                                                                     ("stat_out", P), ("stat_in", P),
-                                                                     ("next", CNext)]
+                                                                     ("stat_out", P), ("stat_in", P)]
 
 
 def library_path() -> Path:
@@ -122,17 +115,6 @@ def _segment(s: Segment, r: Resolver) -> CSegment:
                     s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb, s.simt)
 
 
-def c_next(op: Op, nxt: Op | None, r: Resolver) -> CNext:
-    """`op`'s request of `nxt`'s first stages into L2 (`_plan.next_prefetch`), or none."""
-    c = CNext()
-    sizes = next_prefetch(op, nxt, NEXT_KB * 1024) if nxt is not None else None
-    if sizes:
-        for i, (s, n) in enumerate(zip(nxt.segs, sizes)):
-            c.w[i], c.cta_floats[i], c.cta0[i], c.bytes[i] = r(s.w), s.nstages * s.stage_floats, s.cta0, n
-        c.ncta = sum(s.ncta for s in nxt.segs)
-    return c
-
-
 def c_op(op: Op, r: Resolver) -> COp:
     c = COp()
     for i, s in enumerate(op.srcs):
@@ -172,8 +154,6 @@ class Compiled:
             r = Resolver(p, self.params, self.work, io | {"out": out} | ({"table": self.table} if
                                                                           self.table is not None else {}))
             ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
-            for i, op in enumerate(p.ops):
-                ops[i].next = c_next(op, p.ops[i + 1] if i + 1 < len(p.ops) else None, r)
             e = {"out": out, "ops": ops, "io": dict(io), "graph": None}
             self.entries[key] = e
             while len(self.entries) > CACHE:

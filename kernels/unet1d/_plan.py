@@ -259,19 +259,6 @@ def partials_fit(prev: Op, op: Op) -> bool:
             and cpg * L % 32 == 0 and cpg * L // 32 <= 32 and s.groups <= op.threads // 32)
 
 
-def next_prefetch(op: Op, nxt: Op, budget: int) -> list[int] | None:
-    """Bytes per CTA of each of `nxt`'s segments that `op`'s CTAs request into L2 (unet1d.h UnetNext): its first
-    stages, up to `budget` bytes, where the two ops' CTAs cannot share an SM (so `nxt`'s CTAs start only as
-    `op`'s leave); None where they can (PDL already overlaps their weights), at B > 1, or with no budget."""
-    if budget <= 0 or op.batch_grid != 1 or nxt.batch_grid != 1 or op.smem_bytes + nxt.smem_bytes <= 2 * SMEM_BUDGET:
-        return None
-    out = []
-    for s in nxt.segs:
-        stage = s.stage_floats * 4
-        out.append(max(1, min(s.nstages, budget // stage)) * stage)
-    return out
-
-
 def link_stats(ops: list[Op], store: Store) -> None:
     """Where an op's source 0 is normalised from the previous op's output, have that op store the GroupNorm
     partials and this one combine them (a buffer `<raw>.stat` of 2 floats per 32 outputs)."""

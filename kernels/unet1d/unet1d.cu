@@ -589,16 +589,6 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// UnetOp::next: thread 0 requests the next op's first stages into L2 for the next op's CTAs c, c + grid, ...
-__device__ __forceinline__ void prefetch_next(const UnetOp& op) {
-    const UnetNext& n = op.next;
-    if (n.w[0] == nullptr || threadIdx.x != 0) return;
-    for (int c = static_cast<int>(blockIdx.x); c < n.ncta; c += op.grid) {
-        const int s = (n.w[1] != nullptr && c >= n.cta0[1]) ? 1 : 0;
-        ca::bulk_prefetch_l2(n.w[s] + (c - n.cta0[s]) * n.cta_floats[s], static_cast<unsigned>(n.bytes[s]));
-    }
-}
-
 // after stage st's work (traced: mark stage 1's, thread 0's warp): the slot's reads precede the copy engine's next
 // write (proxy fence), every warp is done with it (barrier), thread 0 requests stage st + ring into it; then the
 // next slot and its barrier's parity
@@ -609,7 +599,6 @@ __device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg
     if (op.copy != 2) ca::fence_proxy_async_smem();
     __syncthreads();
     if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
-    if (st == max(0, nstages - op.ring - 1)) prefetch_next(op);  // this CTA's last stage is requested
     if (++slot == op.ring) {
         slot = 0;
         parity ^= 1u;

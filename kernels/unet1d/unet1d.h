@@ -48,17 +48,6 @@ typedef struct {
                             // weights packed per stage [row pair][channel][row][tap]; 0: tensor cores (3xTF32)
 } UnetSegment;
 
-// The next op's weights, requested into L2 by this op's CTAs once their own last stage is requested: where the two
-// ops' CTAs cannot share an SM, the next op's CTAs start only as this op's leave, and DRAM would idle through their
-// start and prologue. CTA c of this op requests the first `bytes[s]` of the next op's CTAs c, c + grid, ...
-typedef struct {
-    const float* w[UNET_MAX_SEG];        // the next op's segments' packed weights; w[0] null: none
-    int64_t cta_floats[UNET_MAX_SEG];    // floats per CTA of each segment (nstages * rc * cb * k)
-    int32_t cta0[UNET_MAX_SEG];          // each segment's first CTA
-    int32_t bytes[UNET_MAX_SEG];         // bytes to request per CTA (a multiple of 16)
-    int32_t ncta, pad_;                  // the next op's CTAs
-} UnetNext;
-
 typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
@@ -74,7 +63,6 @@ typedef struct {
     const float* stat_in;   // nullable: source 0's GroupNorm statistics from those partials (its producer's
                             // stat_out), combined instead of summed over X: the statistics pass leaves the op's
                             // critical path (the loads overlap the sources')
-    UnetNext next;          // at batch_grid 1 only
 } UnetOp;
 
 #define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
