@@ -107,6 +107,8 @@ def test_plans_respect_the_kernel(session, name, batch, form):
         assert op.threads == PLAN.threads_for(max(s.nb for s in op.segs))
         assert op.grid == op.batch_grid * sum(s.ncta for s in op.segs)
         assert op.cin_pad >= op.cin and 1 <= op.ring <= PLAN.MAX_RING
+        if batch == 1 and op.smem_bytes > PLAN.SMEM_BUDGET:  # one CTA per SM: one wave, no second one
+            assert op.grid <= PLAN.SMS, (op.name, op.grid)
         for s in op.segs:
             assert s.nb <= (PLAN.MAX_NB if op.cols <= 16 else 2)
             assert s.rc == 8 * s.nb or (s.simt and s.rc % 2 == 0 and s.nb == -(-s.rc // 8)), (op.name, s.rc)
