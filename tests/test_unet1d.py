@@ -81,6 +81,33 @@ def test_emulated_program_is_the_model(session, name, batch, form):
     assert float((got - want).abs().max()) <= limit * max(scale, 1.0)
 
 
+@pytest.mark.parametrize("form", ["plain", "step"])
+def test_a_riding_residual_conv_is_the_model(session, form):
+    """Where a block's 1x1 residual conv rides on its first conv's CTAs (taps k + 1 packed together), the program
+    still computes the model; with the rider's tap taken from the carrier's first tap instead, it does not."""
+    cfg = smoke_configs(session)["tiny_k3"]
+    model, ref = M.build(cfg, 4), M.build(cfg, 4).double()
+    g = torch.Generator().manual_seed(7)
+    x, gc, t = torch.randn(1, 8, cfg.input_dim, generator=g), torch.randn(1, 5, generator=g), torch.tensor([42])
+    with torch.no_grad():
+        want = ref(x.double(), t.double(), gc.double())
+    io = {"sample": x, "t": t}
+    if form == "plain":
+        io["global_cond"] = gc
+    else:
+        io["obs"], io["table"] = FILM.observe(ref, gc.double(), 1), FILM.step_table(ref, 100).double()
+    prog = P.build_program(model, 1, 8, form, sms=3)  # 16 rows at L = 8, 24 at L = 4: CTAs of 8 fill the SMs
+    carriers = [op for op in prog.ops if op.segs[-1].rider]
+    assert [op.name for op in carriers] == ["down0.res0.conv1", "down1.res0.conv1", "up0.res0.conv1"]
+    assert all(op.segs[0].simt == 2 and op.grid == op.segs[0].ncta for op in carriers)
+    got = E.emulate(prog, io)
+    assert float((got - want).abs().max()) <= 1e-6 * max(float(want.abs().max()), 1.0)
+    a = carriers[-1].segs[0]
+    W = prog.params.parts[list(prog.params.offsets).index(a.w.name)][1].view(a.ncta, a.nstages, -1, a.cb, 2, a.taps)
+    W[..., a.k] = W[..., 0]  # the rider reads a conv tap
+    assert float((E.emulate(prog, io) - want).abs().max()) > 1e-3
+
+
 def test_a_wrong_program_is_caught_by_the_emulation(session):
     """The emulation can fail: the transposed conv's phases swapped, or a skip left out, change the output."""
     cfg = smoke_configs(session)["tiny_l12"]
@@ -105,14 +132,14 @@ def test_plans_respect_the_kernel(session, name, batch, form):
     for j, op in enumerate(prog.ops):
         assert op.smem_bytes == PLAN.smem_bytes(op) <= PLAN.SMEM_MAX
         assert op.threads == PLAN.threads_for(max(s.nb for s in op.segs))
-        assert op.grid == op.batch_grid * sum(s.ncta for s in op.segs)
+        assert op.grid == op.batch_grid * sum(s.ncta for s in op.segs if not s.rider)
         assert op.cin_pad >= op.cin and 1 <= op.ring <= PLAN.MAX_RING
         if batch == 1 and op.smem_bytes > PLAN.SMEM_BUDGET:  # one CTA per SM: one wave, no second one
             assert op.grid <= PLAN.SMS, (op.name, op.grid)
         for s in op.segs:
             assert s.nb <= (PLAN.MAX_NB if op.cols <= 16 else 2)
             assert s.rc == 8 * s.nb or (s.simt and s.rc % 2 == 0 and s.nb == -(-s.rc // 8)), (op.name, s.rc)
-            assert s.simt == PLAN.simt_fits(op, s)
+            assert bool(s.simt) == PLAN.simt_fits(op, s)
             assert s.ncta * s.rc >= s.rows and s.nstages * s.cb >= s.cin and s.cb % 8 == 0
             assert (s.stage_floats * 4) % 16 == 0, "bulk copies move multiples of 16 bytes"
         for s in op.srcs:  # nothing the previous op wrote is read before the dependency wait
@@ -128,6 +155,11 @@ def test_plans_respect_the_kernel(session, name, batch, form):
     linked = [(a, o) for a, o in zip(prog.ops, prog.ops[1:]) if o.stat_in is not None]
     assert all(a.stat_out == o.stat_in and PLAN.partials_fit(a, o) for a, o in linked)
     assert len(linked) == sum(1 for o in prog.ops if o.srcs[0].gamma is not None) == 25
+    # every block's residual conv at 4 and 8 columns rides on its first conv's CTAs at B = 1 where those fill the SMs
+    riders = [op.name for op in prog.ops if op.segs[-1].rider]
+    assert all(op.segs[0].simt == 2 and op.segs[1].cta0 * op.batch_grid == op.grid for op in prog.ops
+               if op.segs[-1].rider)
+    assert len(riders) == (0 if batch > 1 else 2 if name == "blog" else 4), riders
     # at 4 and 8 columns the same convs run as fp32 FMAs (SIMT): 94% of the weight bytes at B = 1, 77-87% at B = 8
     simt = sum(s.weight_bytes for op in prog.ops for s in op.segs if s.simt)
     assert simt / prog.conv_bytes() > (0.9 if batch == 1 else 0.75)
@@ -171,10 +203,11 @@ def test_library_and_planner_agree(session, library):
     lib.dpk_unet1d_struct_sizes(*sizes)
     assert [s.value for s in sizes] == [ctypes.sizeof(L.CSource), ctypes.sizeof(L.CSegment), ctypes.sizeof(L.COp)]
     case = session.find_case("unet1d", "pusht_image_b1_plain", "pusht")
-    prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)), 8, 16, "plain")
-    for op in prog.ops:  # addresses play no part in the carve
-        c = L.c_op(op, lambda buf: None)
-        assert lib.dpk_unet1d_smem_bytes(ctypes.byref(c)) == op.smem_bytes, op.name
+    for batch in (1, 8):  # B = 1 has riders (a carrier's reduction holds its rider's sums too)
+        prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)), batch, 16, "plain")
+        for op in prog.ops:  # addresses play no part in the carve
+            c = L.c_op(op, lambda buf: None)
+            assert lib.dpk_unet1d_smem_bytes(ctypes.byref(c)) == op.smem_bytes, (batch, op.name)
 
 
 def test_step_form_is_the_plain_forward():

@@ -88,9 +88,20 @@ def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None
     return v
 
 
-def _segment(mem: Memory, s: Segment, X: torch.Tensor, b: int) -> None:
-    n = s.ncta * s.nstages * s.stage_floats
-    W = unpack_weight(mem.flat(s.w)[:n], s).to(X.dtype)  # (ncta * rc, nstages * cb, k)
+def _weights(mem: Memory, op: Op) -> list[torch.Tensor]:
+    """Each segment's (ncta * rc, nstages * cb, k) weights from the packed ones (a rider's: its carrier's tap k)."""
+    out = []
+    for s in op.segs:
+        if s.rider:
+            out[0], W = out[0][:, :, :-1], out[0][:, :, -1:]
+        else:
+            W = unpack_weight(mem.flat(s.w)[:s.ncta * s.nstages * s.stage_floats], s)
+        out.append(W)
+    return out
+
+
+def _segment(mem: Memory, s: Segment, W: torch.Tensor, X: torch.Tensor, b: int) -> None:
+    W = W.to(X.dtype)
     Xs = X[: s.nstages * s.cb]
     L = X.shape[1]
     cols = torch.arange(s.l_out)[None, :] * s.stride + torch.arange(s.k)[:, None] - s.pad  # (k, l_out)
@@ -112,8 +123,8 @@ def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
             n = X.numel()
             mem.flat(op.mat)[b * n:(b + 1) * n] = X.reshape(-1).to(mem.work.dtype)
         X = torch.cat([X, X.new_zeros(op.cin_pad - X.shape[0], op.l_in)])
-        for s in op.segs:
-            _segment(mem, s, X, b)
+        for s, W in zip(op.segs, _weights(mem, op), strict=True):
+            _segment(mem, s, W, X, b)
         if op.stat_out is not None:  # segment 0's output (B, rows, L): its partials, as the kernel stores them
             g = op.segs[0]
             n = g.rows * g.l_out

@@ -90,15 +90,22 @@ class Segment:
     cta0: int = 0
     ncta: int = 0
     nb: int = 0  # row blocks of 8 per CTA (rc = 8 nb; the SIMT form: rc a power of two, nb = ceil(rc / 8))
-    simt: int = 0  # 1: fp32 FMAs on CUDA cores (unet1d.h UnetSegment::simt), weights packed for them
+    simt: int = 0  # 1: fp32 FMAs on CUDA cores (unet1d.h UnetSegment::simt), weights packed for them; 2: that,
+    #                and the CTAs also compute the op's segment 1 (a 1x1 conv of the same X) from tap k
+    rider: int = 0  # 1: computed by segment 0's CTAs (its simt = 2); no CTAs of its own, no packed weights
 
     @property
     def weight_bytes(self) -> int:
         return self.rows * self.cin * self.k * 4
 
     @property
+    def taps(self) -> int:
+        """Taps per (row, channel) in the packed weights: k, plus the rider's one where this segment carries it."""
+        return self.k + (self.simt == 2)
+
+    @property
     def stage_floats(self) -> int:
-        return self.rc * self.cb * self.k
+        return self.rc * self.cb * self.taps
 
 
 @dataclass
@@ -140,8 +147,8 @@ def _align128(n: int) -> int:
 
 def smem_bytes(op: Op) -> int:
     """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
-    stage = max(s.rc * s.cb * s.k * 4 for s in op.segs)
-    red = max(s.rc * s.l_out for s in op.segs)
+    stage = max(s.stage_floats * 4 for s in op.segs)
+    red = max(s.rc * s.l_out * (2 if s.simt == 2 else 1) for s in op.segs)
     total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((op.threads // 32) * red * 4)
     total += _align128(op.coef * 16) + _align128(op.ring * stage) + _align128(op.cin_pad * op.l_in * 4)
     return total
@@ -172,13 +179,29 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     ops' CTAs per SM); an op whose X alone leaves no room for that goes over the budget (up to SMEM_MAX)
     rather than stream its weights one stage at a time. Such an op has one CTA per SM, so its CTAs beyond `sms`
     would run as a second wave after the first has streamed its share: its SIMT rows per CTA are then rounded up
-    instead of to the nearest power of two (Push-T image's up0.res0.conv1: 96 CTAs, not 128 + 32)."""
-    _plan_op(op, sms, round_up=False)
+    instead of to the nearest power of two. A block's 1x1 residual conv rides on its first conv's CTAs where
+    `rider_fits` (one group of CTAs with the same rows of both, not two groups with unequal shares) and those CTAs
+    still fill 7/8 of the SMs (a GroupNorm partial's 32 outputs per CTA leave blog's 512-row ops 64)."""
+    ride = rider_fits(op)
+    _plan_op(op, sms, round_up=False, ride=ride)
+    if ride and (op.segs[0].simt != 2 or op.grid < sms * 7 // 8):  # the carrier runs SIMT, on most SMs
+        ride = False
+        _plan_op(op, sms, round_up=False, ride=False)
     if op.smem_bytes > SMEM_BUDGET and op.grid > sms and op.batch_grid == 1:
-        _plan_op(op, sms, round_up=True)
+        _plan_op(op, sms, round_up=True, ride=ride)
 
 
-def _plan_op(op: Op, sms: int, round_up: bool) -> None:
+def rider_fits(op: Op) -> bool:
+    """Whether segment 1 can ride on segment 0's CTAs (unet1d.h UnetSegment::simt = 2): at B = 1, a SIMT-shaped
+    conv of k = 3 or 5 and a 1x1 conv of the same X with the same rows and columns (a block's residual conv)."""
+    if len(op.segs) != 2 or op.batch_grid != 1:
+        return False
+    a, r = op.segs
+    return (simt_shape(a, op.l_in) and a.k in (3, 5) and r.k == 1 and simt_shape(r, op.l_in)
+            and (r.rows, r.cin, r.l_out) == (a.rows, a.cin, a.l_out))
+
+
+def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
     total = sum(s.weight_bytes for s in op.segs)
     lout = max(s.l_out for s in op.segs)
     if any(s.k not in (1, 2, 3, 5) for s in op.segs):
@@ -190,7 +213,8 @@ def _plan_op(op: Op, sms: int, round_up: bool) -> None:
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
-        want = max(1, round(sms * s.weight_bytes / total))
+        s.simt = s.rider = 0
+        want = max(1, round(sms * (total if ride else s.weight_bytes) / total))
         per_cta = -(-s.rows // want)
         if op.cols == 8 and simt_shape(s, op.l_in) and op.batch_grid == 1:
             # SIMT at B = 1: rows in pairs, a power of two nearest the share (not rounded up to 8: 1024 rows over
@@ -210,12 +234,18 @@ def _plan_op(op: Op, sms: int, round_up: bool) -> None:
         if not s.simt and s.rc % 8:
             s.rc = 8 * s.nb
             s.ncta = -(-s.rows // s.rc)
+    if ride and op.segs[0].simt:
+        op.segs[0].simt, op.segs[1].rider = 2, 1
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
     cta0 = 0
     for s in op.segs:
-        s.cb = _channels_per_stage(s.cin, s.rc, s.k, stage_target, op.threads // 32)
+        if s.rider:  # segment 0's rows, stages and CTAs; cta0 past the grid: no CTA runs it by itself
+            a = op.segs[0]
+            s.cb, s.nstages, s.cta0 = a.cb, a.nstages, cta0
+            continue
+        s.cb = _channels_per_stage(s.cin, s.rc, s.taps, stage_target, op.threads // 32)
         s.nstages = -(-s.cin // s.cb)
         s.cta0, cta0 = cta0, cta0 + s.ncta
     op.cin_pad = max(s.nstages * s.cb for s in op.segs)
@@ -269,13 +299,13 @@ def link_stats(ops: list[Op], store: Store) -> None:
 
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
-    """(rows, cin, k) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
+    """(rows, cin, taps) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
     (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8), or for the SIMT form
-    [row group][channel][row][tap] (a thread's weights of one channel contiguous): zero rows and channels where
-    padded."""
+    [row group][channel][row][tap] (a thread's weights of one channel contiguous; a carrier's tap k is its rider's
+    1x1 weight): zero rows and channels where padded."""
     rows, cin, k = w.shape
-    if (rows, cin, k) != (s.rows, s.cin, s.k):
-        raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.k})")
+    if (rows, cin, k) != (s.rows, s.cin, s.taps):
+        raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.taps})")
     full = w.new_zeros(s.ncta * s.rc, s.nstages * s.cb, k)
     full[:rows, :cin] = w
     if s.simt:  # [cta, g, rr, st, c, t] -> [cta, st, g, c, rr, t]
@@ -290,8 +320,8 @@ def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
 def unpack_weight(flat: torch.Tensor, s: Segment) -> torch.Tensor:
     """The inverse of pack_weight, padding kept: (ncta * rc, nstages * cb, k)."""
     if s.simt:
-        v = flat.reshape(s.ncta, s.nstages, s.rc // SIMT_RPT, s.cb, SIMT_RPT, s.k)
-        return v.permute(0, 2, 4, 1, 3, 5).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
+        v = flat.reshape(s.ncta, s.nstages, s.rc // SIMT_RPT, s.cb, SIMT_RPT, s.taps)
+        return v.permute(0, 2, 4, 1, 3, 5).reshape(s.ncta * s.rc, s.nstages * s.cb, s.taps)
     v = flat.reshape(s.ncta, s.nstages, s.cb // 8, s.k, s.nb, 8, 4, 2)
     return v.permute(0, 4, 5, 1, 2, 7, 6, 3).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
 

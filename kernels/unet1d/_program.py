@@ -70,7 +70,10 @@ class _Builder:
         op = Op(name, srcs, [s for s, _, _ in segs], l_in, batch_grid, mat)
         plan_op(op, self.sms)
         for i, (s, w, b) in enumerate(segs):
-            s.w = self._param(f"{name}.w{i}", pack_weight(self._host(w), s))
+            if s.simt == 2:  # the rider's 1x1 weights as tap k of this segment's
+                w = torch.cat([self._host(w), self._host(segs[i + 1][1])], dim=2)
+            if not s.rider:
+                s.w = self._param(f"{name}.w{i}", pack_weight(self._host(w), s))
             s.bias = self._param(f"{name}.b{i}", pack_bias(self._host(b), s))
         self.ops.append(op)
 

@@ -40,6 +40,9 @@ namespace ca = dpk_async;
 
 __host__ __device__ inline int align128(int bytes) { return (bytes + 127) & ~127; }
 
+// taps per (row, channel) of a segment's packed weights: k, and a carrier's (simt = 2) rider's 1x1 tap
+__host__ __device__ inline int taps(const UnetSegment& s) { return s.k + (s.simt == 2 ? 1 : 0); }
+
 struct Carve {  // byte offsets of the shared-memory regions (dpk_unet1d_smem_bytes: their total)
     int stats, red, coef, ring, stage_bytes, x, total;
 };
@@ -50,14 +53,14 @@ __host__ __device__ inline Carve carve(const UnetOp& op) {
     c.red = c.stats + align128(UNET_MAX_SRC * UNET_MAX_GROUPS * 8);
     int red = 0;
     for (int s = 0; s < op.nseg; ++s) {
-        const int r = op.seg[s].rc * op.seg[s].l_out;
+        const int r = op.seg[s].rc * op.seg[s].l_out * (op.seg[s].simt == 2 ? 2 : 1);  // a carrier: its rider's too
         red = r > red ? r : red;
     }
     c.coef = c.red + align128(op.threads / 32 * red * 4);
     c.ring = c.coef + align128(op.coef * 16);
     int stage = 0;
     for (int s = 0; s < op.nseg; ++s) {
-        const int b = op.seg[s].rc * op.seg[s].cb * op.seg[s].k * 4;
+        const int b = op.seg[s].rc * op.seg[s].cb * taps(op.seg[s]) * 4;
         stage = b > stage ? b : stage;
     }
     c.stage_bytes = stage;
@@ -607,7 +610,8 @@ __device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg
 
 // 5. + bias, the warps' partial sums added up, stored (and the reader's GroupNorm partials)
 template <int T>
-__device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* red) {
+__device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* red,
+                              bool rider = false) {
     constexpr int kWarps = T / 32;
     const int tid = threadIdx.x, lane = tid & 31, rc = seg.rc, rows = seg.rows, lo = seg.l_out;
     const int row0 = c * rc;
@@ -616,8 +620,8 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
     // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
     // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
-    const bool partials = op.stat_out != nullptr && (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid <
-                                                                         op.seg[1].cta0);
+    const bool partials = !rider && op.stat_out != nullptr &&
+                          (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid < op.seg[1].cta0);
     for (int i = tid; i < rc * lo; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
         float v = 0.0f;
@@ -747,31 +751,33 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 // (stride 1, pad K / 2) of LO = L = 4 or 8 columns, where a tensor-core tile would be at most half used and the
 // 3xTF32 split costs more instructions than the products. The CTA's rows in pairs, each pair taken by TG =
 // 2 T / rc threads (whole warps); thread i of a pair takes channels i, i + TG, ... of every stage: the channel's
-// X row (LO / 4 float4 loads), its 2 K weights (K 8-byte loads: packed [pair][channel][row][tap]) and the
+// X row (LO / 4 float4 loads), its 2 KW weights (KW 8-byte loads: packed [pair][channel][row][tap]) and the
 // (tap, column) products that read real columns (compile-time), into 2 LO accumulators. Exact fp32 products.
+// RIDE (simt = 2): tap K of the packed weights is segment 1's 1x1 conv (the block's residual conv) of the same rows,
+// summed into 2 LO more accumulators from the X row already in registers: one group of CTAs streams both.
 // Versus run_segment: ~4x fewer instructions per weight at LO = 4 (no fragment assembly, no splits, no padded
-// tile rows); the warps' sums meet in the same reduction buffer.
-template <int T, int LO, int K>
+// tile rows); the warps' sums meet in the same reduction buffer (a rider's after the carrier's).
+template <int T, int LO, int K, bool RIDE>
 __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                                  int stage_floats, unsigned bars, float* red) {
-    constexpr int RPT = 2, PAD = K / 2;
+    constexpr int RPT = 2, PAD = K / 2, KW = K + (RIDE ? 1 : 0), NACC = RPT * LO * (RIDE ? 2 : 1);
     const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = T * RPT / rc;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / tg, i = tid - grp * tg;
     const ca::Policy policy = ca::make_policy(1);
-    const int stage = rc * cbs * K;  // floats
+    const int stage = rc * cbs * KW;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
-    float acc[RPT * LO];  // [row][column]
+    float acc[NACC];  // [segment][row][column]
 #pragma unroll
-    for (int e = 0; e < RPT * LO; ++e) acc[e] = 0.0f;
+    for (int e = 0; e < NACC; ++e) acc[e] = 0.0f;
     const bool traced = op.trace != nullptr;
     int slot = 0;
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
         wait_stage(op, st, nstages, bars, slot, parity, traced);
-        const float2* wg = reinterpret_cast<const float2*>(ring + slot * stage_floats + grp * cbs * RPT * K);
+        const float2* wg = reinterpret_cast<const float2*>(ring + slot * stage_floats + grp * cbs * RPT * KW);
         const float4* xs = reinterpret_cast<const float4*>(X + st * cbs * LO);
         for (int ch = i; ch < cbs; ch += tg) {
-            float x[LO], w[RPT * K];
+            float x[LO], w[RPT * KW];
 #pragma unroll
             for (int v = 0; v < LO / 4; ++v) {
                 const float4 q = xs[ch * (LO / 4) + v];
@@ -781,32 +787,46 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
                 x[4 * v + 3] = q.w;
             }
 #pragma unroll
-            for (int u = 0; u < RPT * K / 2; ++u) {
-                const float2 p = wg[ch * (RPT * K / 2) + u];
+            for (int u = 0; u < RPT * KW / 2; ++u) {
+                const float2 p = wg[ch * (RPT * KW / 2) + u];
                 w[2 * u] = p.x;
                 w[2 * u + 1] = p.y;
             }
 #pragma unroll
-            for (int r = 0; r < RPT; ++r)
+            for (int r = 0; r < RPT; ++r) {
 #pragma unroll
                 for (int t = 0; t < K; ++t)
 #pragma unroll
                     for (int j = 0; j < LO; ++j)
                         if (j + t - PAD >= 0 && j + t - PAD < LO)
-                            acc[r * LO + j] = fmaf(w[r * K + t], x[j + t - PAD], acc[r * LO + j]);
+                            acc[r * LO + j] = fmaf(w[r * KW + t], x[j + t - PAD], acc[r * LO + j]);
+                if constexpr (RIDE) {
+#pragma unroll
+                    for (int j = 0; j < LO; ++j)
+                        acc[(RPT + r) * LO + j] = fmaf(w[r * KW + K], x[j], acc[(RPT + r) * LO + j]);
+                }
+            }
         }
         release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy, traced);
     }
     mark(op, 7);
     // the warp's sums over its lanes, as one partial per warp, row and column in red (rows of other pairs zero)
-    float* rw = red + warp * rc * LO;
-    for (int e = lane; e < rc * LO; e += 32) rw[e] = 0.0f;
-    __syncwarp();
-    int idx;
-    const float v = warp_sum_scatter<RPT * LO>(acc, lane, idx);
-    if ((lane & (32 / (RPT * LO) - 1)) == 0) rw[grp * RPT * LO + idx] = v;
+    constexpr int kWarps = T / 32;
+#pragma unroll
+    for (int h = 0; h < (RIDE ? 2 : 1); ++h) {
+        float* rw = red + (h * kWarps + warp) * rc * LO;
+        for (int e = lane; e < rc * LO; e += 32) rw[e] = 0.0f;
+        __syncwarp();
+        float part[RPT * LO];
+#pragma unroll
+        for (int e = 0; e < RPT * LO; ++e) part[e] = acc[h * RPT * LO + e];
+        int idx;
+        const float v = warp_sum_scatter<RPT * LO>(part, lane, idx);
+        if ((lane & (32 / (RPT * LO) - 1)) == 0) rw[grp * RPT * LO + idx] = v;
+    }
     __syncthreads();
     store_segment<T>(op, seg, c, b, red);
+    if constexpr (RIDE) store_segment<T>(op, op.seg[1], c, b, red + kWarps * rc * LO, true);
 }
 
 template <int COLS, int NBMAX, int T>
@@ -825,7 +845,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     const int si = (op.nseg > 1 && cta >= op.seg[1].cta0) ? 1 : 0;
     const UnetSegment& sg = op.seg[si];
     const int c = cta - sg.cta0;
-    const int stage = sg.rc * sg.cb * sg.k;
+    const int stage = sg.rc * sg.cb * taps(sg);
     const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
 
     mark(op, 0);
@@ -857,13 +877,18 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     if constexpr (COLS == 8 && T == 512) {
         if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
-            switch (sg.l_out * 8 + sg.k) {
-                case 33: run_segment_simt<T, 4, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 35: run_segment_simt<T, 4, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 37: run_segment_simt<T, 4, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 65: run_segment_simt<T, 8, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 67: run_segment_simt<T, 8, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 69: run_segment_simt<T, 8, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+            // the plan admits a carrier (simt 2) for K 3 or 5 only
+            switch ((sg.simt == 2 ? 128 : 0) + sg.l_out * 8 + sg.k) {
+                case 33: run_segment_simt<T, 4, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 35: run_segment_simt<T, 4, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 37: run_segment_simt<T, 4, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 65: run_segment_simt<T, 8, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 67: run_segment_simt<T, 8, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 69: run_segment_simt<T, 8, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 163: run_segment_simt<T, 4, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 165: run_segment_simt<T, 4, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 195: run_segment_simt<T, 8, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 197: run_segment_simt<T, 8, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
                 default: __trap();
             }
         }

@@ -45,7 +45,10 @@ typedef struct {
     int32_t rc, cb, nstages, cta0, ncta, nb;  // rows per CTA (nb blocks of 8), channels per stage (blocks of 8),
                                               // CTAs [cta0, cta0 + ncta)
     int32_t simt;           // 1: fp32 FMAs on CUDA cores (a stride-1 'same' conv of 4 or 8 columns, 512 threads),
-                            // weights packed per stage [row pair][channel][row][tap]; 0: tensor cores (3xTF32)
+                            // weights packed per stage [row pair][channel][row][tap]; 0: tensor cores (3xTF32);
+                            // 2 (segment 0 only): as 1, and its CTAs also compute segment 1 (a 1x1 conv of the
+                            // same X, rows and columns: the rider, its cta0 past the grid, no weights of its own)
+                            // from tap k of these weights (k + 1 taps per row and channel)
 } UnetSegment;
 
 typedef struct {
