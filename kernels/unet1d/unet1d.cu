@@ -450,16 +450,17 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
     store_mat<T>(op, b, cta, ncta_all, X);
 }
 
-// float4s of the transformed source that a thread holds in registers (prologue_fast): 4 spill at 512 threads
-// (64 registers), where 2 cover blog's 1024-channel ops at L = 4
-template <int T>
-constexpr int kVmax = T >= 512 ? 2 : 4;
+// float4s of the transformed source that a thread holds in registers (prologue_fast): 4 spill at 512 threads and
+// two CTAs per SM (64 registers), where 2 cover blog's 1024-channel ops at L = 4; with one CTA per SM (MINB = 1: an
+// op over the two-CTA shared-memory budget, 128 registers) 4 cover Push-T image's 2048-channel ops at L = 4
+template <int T, int MINB>
+constexpr int kVmax = T >= 512 && MINB >= 2 ? 2 : 4;
 
 // whether prologue_fast applies (uniform over the CTA): at most one transformed source, written by the previous op
 // (not early) as contiguous 16-byte aligned (B, C, L) rows with L a power of two >= 4, at most kVmax float4s of it
 // per thread, its coefficients and residual (if any) written two or more ops back (loaded early) and its GroupNorm
 // statistics (if any) from its producer's partials
-template <int T>
+template <int T, int MINB>
 __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
     const int L = op.l_in;
     if (L < 4 || (L & (L - 1)) != 0) return false;
@@ -468,7 +469,7 @@ __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
         const UnetSource& s = op.src[si];
         if (!transformed(s)) continue;
         if (++n > 1 || s.kind != 0 || s.early || !s.coef_early || (s.res != nullptr && !s.res_early) ||
-            s.sl != 1 || s.sc != L || s.channels * L > 4 * kVmax<T> * T || !vector_ok(s, L, b) ||
+            s.sl != 1 || s.sc != L || s.channels * L > 4 * kVmax<T, MINB> * T || !vector_ok(s, L, b) ||
             (reinterpret_cast<uintptr_t>(s.raw + static_cast<int64_t>(b) * s.sb) & 15) != 0 ||
             (s.gamma != nullptr && (si != 0 || op.stat_in == nullptr)))
             return false;
@@ -482,7 +483,7 @@ __device__ __forceinline__ bool fast_prologue(const UnetOp& op, int b) {
 // (a thread per float4, as prologue), finishing their coefficients inline, with the residual that it copied into
 // their place before the dependency wait; a second barrier. Versus prologue: two barriers instead of four, and the
 // previous op's output goes from L2 into registers once, not into X and back.
-template <int T>
+template <int T, int MINB>
 __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, int ncta_all, float* X, float2* stats,
                                               const float4* coef) {
     const int tid = threadIdx.x, L = op.l_in;
@@ -490,7 +491,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
     const int pk = partials_per_group(op);
     const float2 part = load_partial(op, b, pk);
     // sources by compile-time index (fields read from the parameter bank, no copy held in registers)
-    float4 x[kVmax<T>];
+    float4 x[kVmax<T, MINB>];
     int c0 = 0;
 #pragma unroll
     for (int si = 0; si < UNET_MAX_SRC; ++si) {
@@ -502,7 +503,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
             const float4* raw4 = reinterpret_cast<const float4*>(s.raw + static_cast<int64_t>(b) * s.sb);
             const int n4 = s.channels * L / 4;
 #pragma unroll
-            for (int u = 0; u < kVmax<T>; ++u) {
+            for (int u = 0; u < kVmax<T, MINB>; ++u) {
                 const int v = tid + u * T;
                 x[u] = v < n4 ? __ldcg(raw4 + v) : zero;  // from L2: the previous op wrote it
             }
@@ -525,7 +526,7 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
             const int n4 = s.channels * L / 4, lsh = __ffs(L) - 1, cpg = s.channels / s.groups;
             float4* x4 = reinterpret_cast<float4*>(X + c0 * L);
 #pragma unroll
-            for (int u = 0; u < kVmax<T>; ++u) {
+            for (int u = 0; u < kVmax<T, MINB>; ++u) {
                 const int v = tid + u * T;
                 if (v >= n4) continue;
                 const int c = (4 * v) >> lsh;  // a float4 never straddles two channels
@@ -829,8 +830,10 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     if constexpr (RIDE) store_segment<T>(op, op.seg[1], c, b, red + kWarps * rc * LO, true);
 }
 
-template <int COLS, int NBMAX, int T>
-__global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
+// MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
+// leaves its SM to it alone anyway)
+template <int COLS, int NBMAX, int T, int MINB>
+__global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
     extern __shared__ __align__(128) unsigned char smem[];
     const Carve cv = carve(op);
     const unsigned bars = ca::smem_addr(smem);
@@ -863,7 +866,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
     float4 rpre[UR];
     int rsrc;
-    const bool fast = fast_prologue<T>(op, b);
+    const bool fast = fast_prologue<T, MINB>(op, b);
     prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
     mark(op, 1);
     ca::grid_dependency_wait();
@@ -871,7 +874,7 @@ __global__ void __launch_bounds__(T, 2) unet1d_op_kernel(const __grid_constant__
     mark(op, 2);
     // 3. (its __syncthreads also publishes the barrier initialisation)
     if (fast)
-        prologue_fast<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
+        prologue_fast<T, MINB>(op, b, cta, op.grid / op.batch_grid, X, stats, coef);
     else
         prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
@@ -909,18 +912,22 @@ constexpr int kNbMax[] = {1, 2, 4, 8, 16};
 // threads per CTA of an instantiation: 512 while the accumulators fit 64 registers (two CTAs per SM), else 256
 constexpr int threads_for(int nb) { return nb <= 4 ? 512 : 256; }
 
-template <int COLS>
+// an op over this much shared memory has its SM to itself (_plan.SMEM_BUDGET: two CTAs per SM fit under it)
+constexpr int kTwoCtaSmem = 113 * 1024;
+
+// (256-thread instantiations hold 4 float4s in either case: only the 512-thread ones come in both MINB forms)
+template <int COLS, int MINB>
 KernelFn kernel_for_nb(int nb) {
     switch (nb) {
-        case 1: return unet1d_op_kernel<COLS, 1, threads_for(1)>;
-        case 2: return unet1d_op_kernel<COLS, 2, threads_for(2)>;
+        case 1: return unet1d_op_kernel<COLS, 1, threads_for(1), MINB>;
+        case 2: return unet1d_op_kernel<COLS, 2, threads_for(2), MINB>;
         case 4:
         case 8:
         case 16:
             if constexpr (COLS <= 16) {  // two 16-column tiles of 4+ row blocks would spill: the plan caps them at 2
-                if (nb == 4) return unet1d_op_kernel<COLS, 4, threads_for(4)>;
-                if (nb == 8) return unet1d_op_kernel<COLS, 8, threads_for(8)>;
-                return unet1d_op_kernel<COLS, 16, threads_for(16)>;
+                if (nb == 4) return unet1d_op_kernel<COLS, 4, threads_for(4), MINB>;
+                if (nb == 8) return unet1d_op_kernel<COLS, 8, threads_for(8), 2>;
+                return unet1d_op_kernel<COLS, 16, threads_for(16), 2>;
             }
             return nullptr;
         default: return nullptr;
@@ -933,13 +940,14 @@ int pow2_at_least(int n) {
     return p;
 }
 
-// the instantiation of an op: its output columns (8, 16 or 32) and its segments' largest row-block count
-KernelFn kernel_for(int cols, int nbmax) {
+// the instantiation of an op: its output columns (8, 16 or 32), its segments' largest row-block count, and whether
+// it has its SM to itself (alone: the 128-register form)
+KernelFn kernel_for(int cols, int nbmax, bool alone) {
     const int nb = pow2_at_least(nbmax);
     switch (cols) {
-        case 8: return kernel_for_nb<8>(nb);
-        case 16: return kernel_for_nb<16>(nb);
-        case 32: return kernel_for_nb<32>(nb);
+        case 8: return alone ? kernel_for_nb<8, 1>(nb) : kernel_for_nb<8, 2>(nb);
+        case 16: return alone ? kernel_for_nb<16, 1>(nb) : kernel_for_nb<16, 2>(nb);
+        case 32: return alone ? kernel_for_nb<32, 1>(nb) : kernel_for_nb<32, 2>(nb);
         default: return nullptr;
     }
 }
@@ -963,8 +971,8 @@ extern "C" int dpk_unet1d_struct_sizes(int* source, int* segment, int* op) {
 
 extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
     for (int cols = 8; cols <= 32; cols *= 2) {
-        for (int nb : kNbMax) {
-            const KernelFn fn = kernel_for(cols, nb);
+        for (int i = 0; i < 2 * 5; ++i) {
+            const KernelFn fn = kernel_for(cols, kNbMax[i % 5], i >= 5);
             if (fn == nullptr) continue;
             cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes);
             if (e == cudaSuccess)  // one shared-memory carveout for every op: no reconfiguration between them
@@ -979,7 +987,7 @@ extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
 extern "C" int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl) {
     for (int i = 0; i < n; ++i) {
         const UnetOp& op = ops[i];
-        const KernelFn fn = kernel_for(op.cols, op_nbmax(op));
+        const KernelFn fn = kernel_for(op.cols, op_nbmax(op), op.smem_bytes > kTwoCtaSmem);
         if (fn == nullptr || op.grid <= 0 || op.threads != threads_for(pow2_at_least(op_nbmax(op))))
             return static_cast<int>(cudaErrorInvalidValue);
         cudaLaunchConfig_t cfg = {};
