@@ -859,7 +859,10 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
             for (int s = 0; s < op.ring; ++s) ca::mbar_init(bars + 8u * s, 1);
             ca::fence_mbar_init();
         }
-        for (int s = 0; s < op.ring && s < sg.nstages; ++s)
+        // (a CTA alone on its SM starts as its predecessor there leaves, with the dependency mostly met: its early
+        // loads are on the critical path, so they go ahead of all but the first stage, not behind ring x 40 KB)
+        const int now = MINB == 1 && op.copy != 2 ? 1 : op.ring;
+        for (int s = 0; s < now && s < sg.nstages; ++s)
             issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
     }
     // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
@@ -868,6 +871,11 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     int rsrc;
     const bool fast = fast_prologue<T, MINB>(op, b);
     prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
+    if (MINB == 1 && op.copy != 2) {
+        const ca::Policy policy = ca::make_policy(1);
+        for (int s = 1; s < op.ring && s < sg.nstages; ++s)
+            issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
+    }
     mark(op, 1);
     ca::grid_dependency_wait();
     ca::launch_dependents();
