@@ -20,6 +20,7 @@ registry.load([ROOT / "kernels"], strict=True)
 M = importlib.import_module("dpk.families.unet1d._unet")
 P = importlib.import_module("dpk.families.unet1d._program")
 PLAN = importlib.import_module("dpk.families.unet1d._plan")
+PACK = importlib.import_module("dpk.families.unet1d._pack")
 E = importlib.import_module("dpk.families.unet1d._emulate")
 FILM = importlib.import_module("dpk.families.unet1d._film")
 REF = importlib.import_module("dpk.families.unet1d.reference")
@@ -173,7 +174,7 @@ def test_weight_packing_is_the_kernels_layout(simt):
     s = PLAN.Segment(rows=7, cin=13, k=3, out=PLAN.Buf("y"), ob=0, oc=0, ol=0, l_out=4, rc=8, cb=8, nstages=2,
                      ncta=1, nb=1, simt=simt)
     w = torch.arange(7 * 13 * 3, dtype=torch.float64).reshape(7, 13, 3) + 1
-    flat = PLAN.pack_weight(w, s)
+    flat = PACK.pack_weight(w, s)
     stage = s.stage_floats
     for row, ci, t in [(0, 0, 0), (6, 12, 2), (3, 9, 1), (5, 4, 2)]:
         st, c = divmod(ci, s.cb)
@@ -183,7 +184,7 @@ def test_weight_packing_is_the_kernels_layout(simt):
         else:  # [channel block][tap][row block][lane = 4 row + c % 4][c // 4 within the block]
             at = st * stage + (((c // 8) * s.k + t) * s.nb * 32 + 4 * row + c % 4) * 2 + (c % 8) // 4
         assert float(flat[at]) == float(w[row, ci, t]), (simt, row, ci, t)
-    full = PLAN.unpack_weight(flat, s)
+    full = PACK.unpack_weight(flat, s)
     assert torch.equal(full[:7, :13], w) and not full[7:].any() and not full[:, 13:].any()
 
 

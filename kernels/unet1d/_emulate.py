@@ -11,7 +11,8 @@ import math
 
 import torch
 
-from ._plan import Buf, Op, Segment, Source, unpack_weight
+from ._pack import unpack_weight
+from ._plan import Buf, Op, Segment, Source
 from ._program import Program
 
 GN_EPS = 1e-5

@@ -1,5 +1,5 @@
-"""Ops of the kernels path as data (mirroring unet1d.h), how each op's segments are split over CTAs, and how
-their weights are packed.
+"""Ops of the kernels path as data (mirroring unet1d.h) and how each op's segments are split over CTAs (their
+weights' layout: `_pack.py`).
 
 Buffers are referred to by name (`Buf`), resolved later either to device pointers (`_launch.py`) or to torch
 views (`_emulate.py`, the CPU model of the kernel that the tests run), so one op list serves both.
@@ -235,7 +235,8 @@ def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
             s.rc = 8 * s.nb
             s.ncta = -(-s.rows // s.rc)
     if ride and op.segs[0].simt:
-        op.segs[0].simt, op.segs[1].rider = 2, 1
+        a, r = op.segs
+        a.simt, r.rider, r.rc, r.nb, r.ncta = 2, 1, a.rc, a.nb, a.ncta
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
@@ -296,40 +297,6 @@ def link_stats(ops: list[Op], store: Store) -> None:
         if partials_fit(prev, op):
             g = prev.segs[0]
             prev.stat_out = op.stat_in = store.add(f"{g.out.name}.stat", 2 * op.batch_grid * g.rows * g.l_out // 32)
-
-
-def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:
-    """(rows, cin, taps) -> flat, per CTA and stage in MMA B-fragment order [channel block][tap][row block][lane][2]
-    (lane = 4 row + c % 4, element = c // 4 for row, c within the blocks of 8), or for the SIMT form
-    [row group][channel][row][tap] (a thread's weights of one channel contiguous; a carrier's tap k is its rider's
-    1x1 weight): zero rows and channels where padded."""
-    rows, cin, k = w.shape
-    if (rows, cin, k) != (s.rows, s.cin, s.taps):
-        raise ValueError(f"weight {tuple(w.shape)} does not match the segment ({s.rows}, {s.cin}, {s.taps})")
-    full = w.new_zeros(s.ncta * s.rc, s.nstages * s.cb, k)
-    full[:rows, :cin] = w
-    if s.simt:  # [cta, g, rr, st, c, t] -> [cta, st, g, c, rr, t]
-        v = full.reshape(s.ncta, s.rc // SIMT_RPT, SIMT_RPT, s.nstages, s.cb, k)
-        return v.permute(0, 3, 1, 4, 2, 5).reshape(-1)
-    ncb = s.cb // 8
-    # [cta, rb, n, st, cbk, half, q, t] -> [cta, st, cbk, t, rb, n, q, half]
-    v = full.reshape(s.ncta, s.nb, 8, s.nstages, ncb, 2, 4, k)
-    return v.permute(0, 3, 4, 7, 1, 2, 6, 5).reshape(-1)
-
-
-def unpack_weight(flat: torch.Tensor, s: Segment) -> torch.Tensor:
-    """The inverse of pack_weight, padding kept: (ncta * rc, nstages * cb, k)."""
-    if s.simt:
-        v = flat.reshape(s.ncta, s.nstages, s.rc // SIMT_RPT, s.cb, SIMT_RPT, s.taps)
-        return v.permute(0, 2, 4, 1, 3, 5).reshape(s.ncta * s.rc, s.nstages * s.cb, s.taps)
-    v = flat.reshape(s.ncta, s.nstages, s.cb // 8, s.k, s.nb, 8, 4, 2)
-    return v.permute(0, 4, 5, 1, 2, 7, 6, 3).reshape(s.ncta * s.rc, s.nstages * s.cb, s.k)
-
-
-def pack_bias(b: torch.Tensor, s: Segment) -> torch.Tensor:
-    full = b.new_zeros(s.ncta * s.rc)
-    full[: b.numel()] = b
-    return full
 
 
 class Store:

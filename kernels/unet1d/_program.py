@@ -20,7 +20,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, pack_bias, pack_weight, plan_op
+from ._pack import pack_bias, pack_weight
+from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, plan_op
 from ._unet import ConditionalUnet1D
 
 FORMS = ("plain", "step")
