@@ -22,6 +22,10 @@
 //   5. the warps' partial sums meet in shared memory; + bias; store.
 // An op whose output is read next under a GroupNorm also stores its GroupNorm partials (per 32 outputs: mean and
 // squared deviations), which the reader combines while its sources load, instead of a statistics pass over X.
+// A SIMT segment 0 may carry a rider (simt = 2): the block's 1x1 residual conv of the same X and rows, its weights tap
+// k of the packed ones, summed into a second set of accumulators and stored after segment 0's outputs. An op over
+// the two-CTA shared-memory budget runs the MINB = 1 instantiation (128 registers: a register prologue of four
+// float4s per thread) and requests its ring's later stages after its early loads.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
 // prologue, segments let one launch hold a conv and its 1x1 residual conv (or both phases of the transposed
