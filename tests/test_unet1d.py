@@ -55,15 +55,9 @@ def test_real_configs_have_the_published_sizes(session):
     assert round(sizes["pusht_image"] / 1e6, 1) == 251.5
 
 
-@pytest.mark.parametrize("form", ["plain", "step"])
-@pytest.mark.parametrize("batch", [1, 3])
-@pytest.mark.parametrize("name", ["tiny_k3", "tiny_l12", "tiny_nocond"])
-def test_emulated_program_is_the_model(session, name, batch, form):
-    """The op program (packing, phases of the transposed conv, FiLM offsets, stored skips) computes the model."""
-    cfg = smoke_configs(session)[name]
-    model = M.build(cfg, 1)
-    ref = M.build(cfg, 1).double()
-    T = 2 * cfg.horizon_multiple * (3 if name == "tiny_l12" else 2)
+def emulation_case(cfg, seed: int, batch: int, T: int, form: str) -> tuple[object, dict, torch.Tensor]:
+    """A model with seeded weights, the emulation's inputs in `form`, and its float64 twin's output."""
+    model, ref = M.build(cfg, seed), M.build(cfg, seed).double()
     g = torch.Generator().manual_seed(batch)
     x = torch.randn(batch, T, cfg.input_dim, generator=g)
     gc = torch.randn(batch, cfg.global_cond_dim, generator=g)
@@ -76,6 +70,17 @@ def test_emulated_program_is_the_model(session, name, batch, form):
     else:
         io["obs"] = FILM.observe(ref, gc.double() if cfg.global_cond_dim else None, batch)
         io["table"] = FILM.step_table(ref, 100).double()
+    return model, io, want
+
+
+@pytest.mark.parametrize("form", ["plain", "step"])
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("name", ["tiny_k3", "tiny_l12", "tiny_nocond"])
+def test_emulated_program_is_the_model(session, name, batch, form):
+    """The op program (packing, phases of the transposed conv, FiLM offsets, stored skips) computes the model."""
+    cfg = smoke_configs(session)[name]
+    T = 2 * cfg.horizon_multiple * (3 if name == "tiny_l12" else 2)
+    model, io, want = emulation_case(cfg, 1, batch, T, form)
     got = E.emulate(P.build_program(model, batch, T, form, sms=7), io)
     scale = float(want.detach().abs().max())
     limit = 1e-12 if form == "plain" else 1e-6  # the step table is stored in float32
@@ -86,17 +91,7 @@ def test_emulated_program_is_the_model(session, name, batch, form):
 def test_a_riding_residual_conv_is_the_model(session, form):
     """Where a block's 1x1 residual conv rides on its first conv's CTAs (taps k + 1 packed together), the program
     still computes the model; with the rider's tap taken from the carrier's first tap instead, it does not."""
-    cfg = smoke_configs(session)["tiny_k3"]
-    model, ref = M.build(cfg, 4), M.build(cfg, 4).double()
-    g = torch.Generator().manual_seed(7)
-    x, gc, t = torch.randn(1, 8, cfg.input_dim, generator=g), torch.randn(1, 5, generator=g), torch.tensor([42])
-    with torch.no_grad():
-        want = ref(x.double(), t.double(), gc.double())
-    io = {"sample": x, "t": t}
-    if form == "plain":
-        io["global_cond"] = gc
-    else:
-        io["obs"], io["table"] = FILM.observe(ref, gc.double(), 1), FILM.step_table(ref, 100).double()
+    model, io, want = emulation_case(smoke_configs(session)["tiny_k3"], 4, 1, 8, form)
     prog = P.build_program(model, 1, 8, form, sms=3)  # 16 rows at L = 8, 24 at L = 4: CTAs of 8 fill the SMs
     carriers = [op for op in prog.ops if op.segs[-1].rider]
     assert [op.name for op in carriers] == ["down0.res0.conv1", "down1.res0.conv1", "up0.res0.conv1"]

@@ -952,16 +952,21 @@ int pow2_at_least(int n) {
     return p;
 }
 
+template <int MINB>
+KernelFn kernel_for_cols(int cols, int nb) {
+    switch (cols) {
+        case 8: return kernel_for_nb<8, MINB>(nb);
+        case 16: return kernel_for_nb<16, MINB>(nb);
+        case 32: return kernel_for_nb<32, MINB>(nb);
+        default: return nullptr;
+    }
+}
+
 // the instantiation of an op: its output columns (8, 16 or 32), its segments' largest row-block count, and whether
 // it has its SM to itself (alone: the 128-register form)
 KernelFn kernel_for(int cols, int nbmax, bool alone) {
     const int nb = pow2_at_least(nbmax);
-    switch (cols) {
-        case 8: return alone ? kernel_for_nb<8, 1>(nb) : kernel_for_nb<8, 2>(nb);
-        case 16: return alone ? kernel_for_nb<16, 1>(nb) : kernel_for_nb<16, 2>(nb);
-        case 32: return alone ? kernel_for_nb<32, 1>(nb) : kernel_for_nb<32, 2>(nb);
-        default: return nullptr;
-    }
+    return alone ? kernel_for_cols<1>(cols, nb) : kernel_for_cols<2>(cols, nb);
 }
 
 int op_nbmax(const UnetOp& op) {
