@@ -12,7 +12,7 @@ import math
 import torch
 
 from ._pack import unpack_weight
-from ._plan import Buf, Op, Segment, Source
+from ._plan import Buf, Op, Segment, Source, partial_outputs
 from ._program import Program
 
 GN_EPS = 1e-5
@@ -46,29 +46,30 @@ def _values(mem: Memory, s: Source, b: int, L: int, dtype: torch.dtype) -> torch
     return mem.flat(s.raw)[b * s.sb + c * s.sc + l_idx * s.sl].to(dtype)
 
 
-def _partials(y: torch.Tensor) -> torch.Tensor:
-    """(mean, squared deviations) of each 32 consecutive values of y (flattened): unet1d.h stat_out."""
-    c = y.reshape(-1, 32)
+def _partials(y: torch.Tensor, n: int) -> torch.Tensor:
+    """(mean, squared deviations) of each n consecutive values of y (flattened): unet1d.h stat_out."""
+    c = y.reshape(-1, n)
     m = c.mean(dim=1)
     return torch.stack([m, ((c - m[:, None]) ** 2).sum(dim=1)], dim=1)
 
 
-def _group_stats(mem: Memory, s: Source, g: torch.Tensor, b: int, stat: Buf | None) -> tuple[torch.Tensor, ...]:
-    """Each group's mean and variance: from the values, or combined from the producer's partials."""
+def _group_stats(mem: Memory, s: Source, g: torch.Tensor, b: int, stat: Buf | None,
+                 k: int) -> tuple[torch.Tensor, ...]:
+    """Each group's mean and variance: from the values, or combined from the producer's partials of k outputs."""
     if stat is None:
         mean = g.mean(dim=1, keepdim=True)
         return mean, ((g - mean) ** 2).mean(dim=1, keepdim=True)
     n = g.shape[1]
-    p = mem.flat(stat)[2 * b * g.numel() // 32:][: 2 * g.numel() // 32].reshape(s.groups, n // 32, 2).to(g.dtype)
+    p = mem.flat(stat)[2 * b * g.numel() // k:][: 2 * g.numel() // k].reshape(s.groups, n // k, 2).to(g.dtype)
     mean = p[..., 0].mean(dim=1, keepdim=True)
-    return mean, (p[..., 1].sum(dim=1, keepdim=True) + 32 * ((p[..., 0] - mean) ** 2).sum(dim=1, keepdim=True)) / n
+    return mean, (p[..., 1].sum(dim=1, keepdim=True) + k * ((p[..., 0] - mean) ** 2).sum(dim=1, keepdim=True)) / n
 
 
-def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None = None) -> torch.Tensor:
+def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None = None, k: int = 0) -> torch.Tensor:
     C, L = v.shape
     if s.gamma is not None:
         g = v.reshape(s.groups, -1)
-        mean, var = _group_stats(mem, s, g, b, stat)
+        mean, var = _group_stats(mem, s, g, b, stat, k)
         rstd = torch.rsqrt(var + GN_EPS)
         v = ((g - mean) * rstd).reshape(C, L)
         v = v * mem.flat(s.gamma)[:C, None].to(v.dtype) + mem.flat(s.beta)[:C, None].to(v.dtype)
@@ -117,7 +118,8 @@ def _segment(mem: Memory, s: Segment, W: torch.Tensor, X: torch.Tensor, b: int) 
 
 def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
     for b in range(op.batch_grid):
-        parts = [_transform(mem, s, _values(mem, s, b, op.l_in, dtype), b, op.stat_in if i == 0 else None)
+        parts = [_transform(mem, s, _values(mem, s, b, op.l_in, dtype), b, op.stat_in if i == 0 else None,
+                            op.stat_in_n)
                  if s.transformed else _values(mem, s, b, op.l_in, dtype) for i, s in enumerate(op.srcs)]
         X = torch.cat(parts)
         if op.mat is not None:
@@ -128,9 +130,9 @@ def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
             _segment(mem, s, W, X, b)
         if op.stat_out is not None:  # segment 0's output (B, rows, L): its partials, as the kernel stores them
             g = op.segs[0]
-            n = g.rows * g.l_out
+            n, k = g.rows * g.l_out, partial_outputs(g)
             y = mem.flat(g.out)[b * n:(b + 1) * n]
-            mem.flat(op.stat_out)[2 * b * n // 32:2 * (b + 1) * n // 32] = _partials(y).reshape(-1).to(y.dtype)
+            mem.flat(op.stat_out)[2 * b * n // k:2 * (b + 1) * n // k] = _partials(y, k).reshape(-1).to(y.dtype)
 
 
 def emulate(program: Program, io: dict[str, torch.Tensor], dtype: torch.dtype = torch.float64) -> torch.Tensor:

@@ -124,8 +124,9 @@ class Op:
     smem_bytes: int = 0
     grid: int = 0
     notes: dict = field(default_factory=dict)
-    stat_out: Buf | None = None  # segment 0 also writes GroupNorm partials (float2 per 32 outputs) for the next op
+    stat_out: Buf | None = None  # segment 0 also writes GroupNorm partials (float2 per partial_outputs) for the next op
     stat_in: Buf | None = None  # source 0's GroupNorm statistics combined from the previous op's partials
+    stat_in_n: int = 0  # outputs per partial of stat_in (its producer's partial_outputs)
 
     @property
     def cin(self) -> int:
@@ -181,7 +182,7 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     would run as a second wave after the first has streamed its share: its SIMT rows per CTA are then rounded up
     instead of to the nearest power of two. A block's 1x1 residual conv rides on its first conv's CTAs where
     `rider_fits` (one group of CTAs with the same rows of both, not two groups with unequal shares) and those CTAs
-    still fill 7/8 of the SMs (a GroupNorm partial's 32 outputs per CTA leave blog's 512-row ops 64)."""
+    still fill 7/8 of the SMs."""
     ride = rider_fits(op)
     _plan_op(op, sms, round_up=False, ride=ride)
     if ride and (op.segs[0].simt != 2 or op.grid < sms * 7 // 8):  # the carrier runs SIMT, on most SMs
@@ -218,11 +219,12 @@ def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
         per_cta = -(-s.rows // want)
         if op.cols == 8 and simt_shape(s, op.l_in) and op.batch_grid == 1:
             # SIMT at B = 1: rows in pairs, a power of two nearest the share (not rounded up to 8: 1024 rows over
-            # 126 CTAs take 128 CTAs, not 64), at least a GroupNorm partial's 32 outputs, at most 32 (512 threads).
+            # 126 CTAs take 128 CTAs, not 64), at least 16 outputs (the smallest GroupNorm partial the plans use:
+            # blog's 512 rows at L = 4 take 128 CTAs of 4), at most 32 (512 threads).
             # (With a CTA per batch element the grid is already several waves: smaller shares only multiply
             # the prologues, measured 855 -> 928 us at blog B = 8.)
             log2 = math.ceil(math.log2(per_cta)) if round_up else round(math.log2(per_cta))
-            s.rc = max(2, 32 // s.l_out, min(SIMT_RC_MAX, 1 << max(0, log2)))
+            s.rc = max(2, 16 // s.l_out, min(SIMT_RC_MAX, 1 << max(0, log2)))
         else:
             s.rc = min(8 * nb_max, -(-per_cta // 8) * 8)
         s.nb = -(-s.rc // 8)
@@ -275,28 +277,37 @@ def simt_fits(op: Op, s: Segment) -> bool:
     return op.cols == 8 and op.threads == THREADS and simt_shape(s, op.l_in) and tg >= 32 and tg % 32 == 0
 
 
+def partial_outputs(seg: Segment) -> int:
+    """Consecutive outputs per GroupNorm partial that segment `seg` stores (unet1d.cu store_segment): the largest
+    power of two up to 32 that divides a CTA's rc x l_out outputs, so that no partial straddles two CTAs."""
+    n = seg.rc * seg.l_out
+    return min(32, n & -n)
+
+
 def partials_fit(prev: Op, op: Op) -> bool:
     """Whether `op`'s source 0 can take its GroupNorm statistics from `prev`'s partials (unet1d.h stat_in):
-    its raw values are exactly `prev`'s segment 0 output as (B, C, L), 32-output chunks never straddle a CTA's
-    rows or a group, a group has at most 32 chunks and a warp of its own."""
+    its raw values are exactly `prev`'s segment 0 output as (B, C, L), partials never straddle a group, a group
+    has at most 32 of them and a warp of its own."""
     s, g = op.srcs[0], prev.segs[0]
     if s.gamma is None or s.kind or s.raw is None or s.raw != g.out or g.out.offset:
         return False
     if any(o.out.name == g.out.name for o in prev.segs[1:]) or prev.batch_grid != op.batch_grid:
         return False
-    L, cpg = op.l_in, s.channels // s.groups
+    L, cpg, n = op.l_in, s.channels // s.groups, partial_outputs(g)
     layout = (g.ostep, g.ophase, g.ol, g.oc, g.l_out, g.ob, g.rows) == (1, 0, 1, L, L, s.channels * L, s.channels)
-    return (layout and (s.sb, s.sc, s.sl) == (s.channels * L, L, 1) and g.rc * L % 32 == 0 and g.rows * L % 32 == 0
-            and cpg * L % 32 == 0 and cpg * L // 32 <= 32 and s.groups <= op.threads // 32)
+    return (layout and (s.sb, s.sc, s.sl) == (s.channels * L, L, 1) and g.rows * L % n == 0
+            and cpg * L % n == 0 and cpg * L // n <= 32 and s.groups <= op.threads // 32)
 
 
 def link_stats(ops: list[Op], store: Store) -> None:
     """Where an op's source 0 is normalised from the previous op's output, have that op store the GroupNorm
-    partials and this one combine them (a buffer `<raw>.stat` of 2 floats per 32 outputs)."""
+    partials and this one combine them (a buffer `<raw>.stat` of 2 floats per partial)."""
     for prev, op in itertools.pairwise(ops):
         if partials_fit(prev, op):
             g = prev.segs[0]
-            prev.stat_out = op.stat_in = store.add(f"{g.out.name}.stat", 2 * op.batch_grid * g.rows * g.l_out // 32)
+            op.stat_in_n = partial_outputs(g)
+            size = 2 * op.batch_grid * g.rows * g.l_out // op.stat_in_n
+            prev.stat_out = op.stat_in = store.add(f"{g.out.name}.stat", size)
 
 
 class Store:

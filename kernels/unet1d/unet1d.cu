@@ -20,8 +20,8 @@
 //      split 3 ways for fp32 accuracy, warps over channel blocks; slot reuse: every thread fences its generic
 //      reads of the slot, one barrier, thread 0 re-issues;
 //   5. the warps' partial sums meet in shared memory; + bias; store.
-// An op whose output is read next under a GroupNorm also stores its GroupNorm partials (per 32 outputs: mean and
-// squared deviations), which the reader combines while its sources load, instead of a statistics pass over X.
+// An op whose output is read next under a GroupNorm also stores its GroupNorm partials (per 16 or 32 outputs: mean
+// and squared deviations), which the reader combines while its sources load, instead of a statistics pass over X.
 // A SIMT segment 0 may carry a rider (simt = 2): the block's 1x1 residual conv of the same X and rows, its weights tap
 // k of the packed ones, summed into a second set of accumulators and stored after segment 0's outputs. An op over
 // the two-CTA shared-memory budget runs the MINB = 1 instantiation (128 registers: a register prologue of four
@@ -89,6 +89,16 @@ __device__ __forceinline__ float mish(float v) {
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// sum over each aligned group of n lanes (n a power of two up to 32), every lane of the group getting it
+__device__ __forceinline__ float group_sum(float v, int n) {
+#pragma unroll
+    for (int o = 16; o; o >>= 1) {
+        const float t = __shfl_xor_sync(0xffffffffu, v, o);
+        v += o < n ? t : 0.0f;
+    }
     return v;
 }
 
@@ -259,28 +269,30 @@ __device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, con
     }
 }
 
-// source 0's GroupNorm statistics from its producer's partials (unet1d.h stat_in; the plan guarantees one warp per
-// group and <= 32 partials per group): partials per group, 0 when the op reads none
+// source 0's GroupNorm statistics from its producer's partials of n = stat_in_n outputs each (unet1d.h stat_in; the
+// plan guarantees one warp per group and <= 32 partials per group): partials per group, 0 when the op reads none
 __device__ __forceinline__ int partials_per_group(const UnetOp& op) {
-    return op.stat_in != nullptr ? op.src[0].channels / op.src[0].groups * op.l_in / 32 : 0;
+    return op.stat_in != nullptr ? (op.src[0].channels / op.src[0].groups * op.l_in) >> (__ffs(op.stat_in_n) - 1) : 0;
 }
 
 // this lane's partial (warp w takes group w), loaded early in its phase so that its latency hides behind others'
 __device__ __forceinline__ float2 load_partial(const UnetOp& op, int b, int pk) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (pk == 0 || warp >= op.src[0].groups || lane >= pk) return make_float2(0.0f, 0.0f);
-    return reinterpret_cast<const float2*>(op.stat_in)[(b * op.src[0].channels * op.l_in) / 32 + warp * pk + lane];
+    const int first = (b * op.src[0].channels * op.l_in) >> (__ffs(op.stat_in_n) - 1);  // n: a power of two
+    return reinterpret_cast<const float2*>(op.stat_in)[first + warp * pk + lane];
 }
 
-// warp w's group from its lanes' pk partials of 32 elements each (mean m_i, squared deviations q_i):
-// mean = sum m_i / k, var = (sum q_i + 32 sum (m_i - mean)^2) / n (Chan et al.'s combination for equal counts)
+// warp w's group from its lanes' pk partials of n elements each (mean m_i, squared deviations q_i):
+// mean = sum m_i / pk, var = (sum q_i + n sum (m_i - mean)^2) / (pk n) (Chan et al.'s combination, equal counts)
 __device__ __forceinline__ void combine_partials(const UnetOp& op, float2 part, int pk, float2* stats) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (pk == 0 || warp >= op.src[0].groups) return;
+    const float n = static_cast<float>(op.stat_in_n);
     const float mean = warp_sum(lane < pk ? part.x : 0.0f) / pk;
     const float d = part.x - mean;
-    const float q = warp_sum(lane < pk ? part.y + 32.0f * d * d : 0.0f);
-    if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * 32) + 1e-5f));
+    const float q = warp_sum(lane < pk ? part.y + n * d * d : 0.0f);
+    if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q / (pk * n) + 1e-5f));
 }
 
 // this CTA's share of X, stored as (B, cin, L) where the op materialises it (a skip or an identity residual)
@@ -623,24 +635,28 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
     const float* bias = seg.bias;
     float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
-    // the reader's GroupNorm partials: segment 0 (its CTAs come first), a warp per 32 consecutive outputs (the plan
-    // makes rc * l_out and rows * l_out multiples of 32, so a warp's lanes run the loop together)
+    // the reader's GroupNorm partials: segment 0 (its CTAs come first), n consecutive outputs each (n: the largest
+    // power of two up to 32 dividing rc * l_out, as _plan.partial_outputs), summed by aligned groups of n lanes;
+    // the loop runs whole warps (lanes past rc * l_out form groups of their own and store nothing)
     const bool partials = !rider && op.stat_out != nullptr &&
                           (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid < op.seg[1].cta0);
-    for (int i = tid; i < rc * lo; i += T) {
+    const int n = min(32, (rc * lo) & -(rc * lo)), nsh = __ffs(n) - 1;
+    const float inv_n = __int_as_float((127 - nsh) << 23);  // 1 / n exactly
+    const int end = partials ? (rc * lo + 31) & ~31 : rc * lo;
+    for (int i = tid; i < end; i += T) {
         const int r = i / lo, j = i - r * lo, co = row0 + r;
         float v = 0.0f;
-        if (co < rows) {
+        if (i < rc * lo && co < rows) {
             v = bias[co];
 #pragma unroll
             for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
             out[co * oc + j * oj] = v;
         }
         if (partials) {
-            const float m = warp_sum(v) * (1.0f / 32.0f), d = v - m, q = warp_sum(d * d);
-            const int e = row0 * lo + i - lane;  // the warp's first output
-            float2* st = reinterpret_cast<float2*>(op.stat_out);
-            if (lane == 0 && e < rows * lo) st[(static_cast<int64_t>(b) * rows * lo + e) / 32] = make_float2(m, q);
+            const float m = group_sum(v, n) * inv_n, d = v - m, q = group_sum(d * d, n);
+            const int e = row0 * lo + i;  // this lane's output: its group's first where lane % n = 0
+            if ((lane & (n - 1)) == 0 && i < rc * lo && e < rows * lo)
+                reinterpret_cast<float2*>(op.stat_out)[(b * rows * lo + e) >> nsh] = make_float2(m, q);
         }
     }
     mark(op, 39);

@@ -60,9 +60,10 @@ typedef struct {
     uint64_t* trace;        // nullable: %globaltimer at the kernel's phase boundaries, UNET_TRACE_POINTS per CTA
     int32_t copy;           // how stages reach shared memory: 0 TMA bulk copy (L2 evict_first), 1 TMA bulk copy
                             // (no hint), 2 cp.async by every thread (16 bytes each, L2 evict_first)
-    int32_t pad_;
-    float* stat_out;        // nullable: segment 0 also writes, per 32 consecutive outputs e = (b * rows + co) * l_out
-                            // + j, their mean and sum of squared deviations: stat_out[2 (e / 32) + {0, 1}]
+    int32_t stat_in_n;      // outputs per partial of stat_in (its producer's n)
+    float* stat_out;        // nullable: segment 0 also writes, per n consecutive outputs e = (b * rows + co) * l_out
+                            // + j, their mean and sum of squared deviations: stat_out[2 (e / n) + {0, 1}], n the
+                            // largest power of two up to 32 dividing rc * l_out (no partial straddles two CTAs)
     const float* stat_in;   // nullable: source 0's GroupNorm statistics from those partials (its producer's
                             // stat_out), combined instead of summed over X: the statistics pass leaves the op's
                             // critical path (the loads overlap the sources')
