@@ -782,9 +782,8 @@ template <int T, int LO, int K, bool RIDE>
 __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                                  int stage_floats, unsigned bars, float* red) {
     constexpr int RPT = 2, PAD = K / 2, KW = K + (RIDE ? 1 : 0), NACC = RPT * LO * (RIDE ? 2 : 1);
-    // (rc and so tg are powers of two: shifts, not the integer division sequences a runtime divisor costs)
-    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = (T * RPT) >> (__ffs(rc) - 1);
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid >> (__ffs(tg) - 1), i = tid - grp * tg;
+    const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = T * RPT / rc;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / tg, i = tid - grp * tg;
     const ca::Policy policy = ca::make_policy(1);
     const int stage = rc * cbs * KW;  // floats
     const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
@@ -851,10 +850,10 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     if constexpr (RIDE) store_segment<T>(op, op.seg[1], c, b, red + kWarps * rc * LO, true);
 }
 
-// one op's CTA, steps 1-5. SLO > 0: every CTA runs segment 0 in the SIMT form with SLO columns, SK taps and rider
-// SRIDE (unet1d_simt_kernel), so the stage loop is compiled in place of the dispatch
-template <int COLS, int NBMAX, int T, int MINB, int SLO, int SK, bool SRIDE>
-__device__ __forceinline__ void op_body(const UnetOp& op) {
+// MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
+// leaves its SM to it alone anyway)
+template <int COLS, int NBMAX, int T, int MINB>
+__global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
     extern __shared__ __align__(128) unsigned char smem[];
     const Carve cv = carve(op);
     const unsigned bars = ca::smem_addr(smem);
@@ -907,10 +906,6 @@ __device__ __forceinline__ void op_body(const UnetOp& op) {
     else
         prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
-    if constexpr (SLO > 0) {
-        run_segment_simt<T, SLO, SK, SRIDE>(op, sg, c, b, X, ring, stage_floats, bars, red);
-        return;
-    }
     if constexpr (COLS == 8 && T == 512) {
         if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
             // the plan admits a carrier (simt 2) for K 3 or 5 only
@@ -938,51 +933,7 @@ __device__ __forceinline__ void op_body(const UnetOp& op) {
     }
 }
 
-// MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
-// leaves its SM to it alone anyway)
-template <int COLS, int NBMAX, int T, int MINB>
-__global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
-    op_body<COLS, NBMAX, T, MINB, 0, 0, false>(op);
-}
-
-// an op whose CTAs all run one SIMT form (LO columns, K taps, RIDE; most of the forward at B = 1): the stage loop
-// follows the prologue in a kernel of its own, with no dispatch over the forms it does not use. Each op runs
-// through ~25 KB of code once per CTA, mostly fetched cold (ncu: ~25 % of a layer's warp stalls wait on an
-// instruction fetch, 44 % on a small layer's), so the code a CTA runs is kept short and in one place.
-template <int LO, int K, bool RIDE, int MINB>
-__global__ void __launch_bounds__(512, MINB) unet1d_simt_kernel(const __grid_constant__ UnetOp op) {
-    op_body<8, 1, 512, MINB, LO, K, RIDE>(op);
-}
-
 using KernelFn = void (*)(UnetOp);
-
-// the SIMT forms the plan admits (_plan.simt_fits, _plan.rider_fits): key (rider ? 128 : 0) + 8 l_out + k
-template <int MINB>
-KernelFn simt_kernel_for_key(int key) {
-    switch (key) {
-        case 33: return unet1d_simt_kernel<4, 1, false, MINB>;
-        case 35: return unet1d_simt_kernel<4, 3, false, MINB>;
-        case 37: return unet1d_simt_kernel<4, 5, false, MINB>;
-        case 65: return unet1d_simt_kernel<8, 1, false, MINB>;
-        case 67: return unet1d_simt_kernel<8, 3, false, MINB>;
-        case 69: return unet1d_simt_kernel<8, 5, false, MINB>;
-        case 163: return unet1d_simt_kernel<4, 3, true, MINB>;
-        case 165: return unet1d_simt_kernel<4, 5, true, MINB>;
-        case 195: return unet1d_simt_kernel<8, 3, true, MINB>;
-        case 197: return unet1d_simt_kernel<8, 5, true, MINB>;
-        default: return nullptr;
-    }
-}
-
-constexpr int kSimtKeys[] = {33, 35, 37, 65, 67, 69, 163, 165, 195, 197};
-
-// the SIMT kernel of an op where all its CTAs run segment 0 in one SIMT form (one segment, or its rider), else null
-KernelFn simt_kernel_for(const UnetOp& op, bool alone) {
-    const UnetSegment& s = op.seg[0];
-    if (op.cols != 8 || op.threads != 512 || !s.simt || (op.nseg > 1 && s.simt != 2)) return nullptr;
-    const int key = (s.simt == 2 ? 128 : 0) + s.l_out * 8 + s.k;
-    return alone ? simt_kernel_for_key<1>(key) : simt_kernel_for_key<2>(key);
-}
 
 constexpr int kNbMax[] = {1, 2, 4, 8, 16};
 
@@ -1051,28 +1002,17 @@ extern "C" int dpk_unet1d_struct_sizes(int* source, int* segment, int* op) {
     return 0;
 }
 
-// one shared-memory limit and carveout for every instantiation: no reconfiguration between ops
-cudaError_t set_smem_limits(KernelFn fn, int max_smem_bytes) {
-    cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes);
-    if (e == cudaSuccess)
-        e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                 static_cast<int>(cudaSharedmemCarveoutMaxShared));
-    return e;
-}
-
 extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
     for (int cols = 8; cols <= 32; cols *= 2) {
         for (int i = 0; i < 2 * 5; ++i) {
             const KernelFn fn = kernel_for(cols, kNbMax[i % 5], i >= 5);
-            const cudaError_t e = fn != nullptr ? set_smem_limits(fn, max_smem_bytes) : cudaSuccess;
+            if (fn == nullptr) continue;
+            cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes);
+            if (e == cudaSuccess)  // one shared-memory carveout for every op: no reconfiguration between them
+                e = cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                         static_cast<int>(cudaSharedmemCarveoutMaxShared));
             if (e != cudaSuccess) return static_cast<int>(e);
         }
-    }
-    for (int i = 0; i < 2 * 10; ++i) {
-        const int key = kSimtKeys[i % 10];
-        const cudaError_t e =
-            set_smem_limits(i >= 10 ? simt_kernel_for_key<1>(key) : simt_kernel_for_key<2>(key), max_smem_bytes);
-        if (e != cudaSuccess) return static_cast<int>(e);
     }
     return 0;
 }
@@ -1080,9 +1020,7 @@ extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
 extern "C" int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl) {
     for (int i = 0; i < n; ++i) {
         const UnetOp& op = ops[i];
-        const bool alone = op.smem_bytes > kTwoCtaSmem;
-        const KernelFn simt = simt_kernel_for(op, alone);
-        const KernelFn fn = simt != nullptr ? simt : kernel_for(op.cols, op_nbmax(op), alone);
+        const KernelFn fn = kernel_for(op.cols, op_nbmax(op), op.smem_bytes > kTwoCtaSmem);
         if (fn == nullptr || op.grid <= 0 || op.threads != threads_for(pow2_at_least(op_nbmax(op))))
             return static_cast<int>(cudaErrorInvalidValue);
         cudaLaunchConfig_t cfg = {};
