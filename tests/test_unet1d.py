@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import importlib
 import math
-import typing
 
 import pytest
 import torch
@@ -15,7 +14,6 @@ import dpk
 from dpk import parity, registry
 from dpk.build import nvcc_path
 
-from ._helpers import gpu_test
 from .conftest import ROOT
 
 registry.load([ROOT / "kernels"], strict=True)
@@ -293,52 +291,6 @@ def test_bad_input_names_the_problem(session, bad, message):
     eager = session.registry.variant("unet1d", "eager").fn
     with pytest.raises((ValueError, TypeError), match=message):
         eager(*bad(*tensors), call)
-
-
-@pytest.mark.parametrize("bad, message", [
-    (lambda st, x, t: (st._replace(row=st.row[:4]), x, t), "row must be 8"),
-    (lambda st, x, t: (st._replace(row=st.row.double()), x, t), "row must be 8"),
-    (lambda st, x, t: (st._replace(z=st.z[:, :3]), x, t), "z must be contiguous, shaped"),
-    (lambda st, x, t: (st._replace(z=st.z.transpose(1, 2).contiguous().transpose(1, 2)), x, t), "z must be"),
-    (lambda st, x, t: (st._replace(t_next=st.t_next.float()), x, t), "t_next must be int64"),
-    (lambda st, x, t: (st._replace(t_next=torch.tensor([1, 2])), x, t), "t_next must hold one"),
-    (lambda st, x, t: (st, x.double(), t), "sample must be contiguous float32"),
-    (lambda st, x, t: (st, x, t.int()), "t must be int64"),
-])
-def test_bad_fused_step_names_the_problem(bad, message):
-    x, t = torch.zeros(2, 8, 3), torch.zeros(2, dtype=torch.int64)
-    good = _StepArgs(torch.zeros(8), torch.zeros(2, 8, 3), torch.tensor(5))
-    P.FusedStep(*good).check(x, t)
-    step, x, t = bad(good, x, t)
-    with pytest.raises(ValueError, match=message):
-        P.FusedStep(*step).check(x, t)
-
-
-class _StepArgs(typing.NamedTuple):
-    row: torch.Tensor
-    z: torch.Tensor
-    t_next: torch.Tensor | None
-
-
-@gpu_test
-def test_fused_step_is_the_forward_then_the_step_kernel(session):
-    """The last op's fused step equals the denoise kernel on the forward's output, bit for bit, and writes the next
-    timestep."""
-    dev = torch.device("cuda")
-    case = session.find_case("unet1d", "tiny_k3_b3_step", "smoke")
-    sample, timestep, global_cond, obs, call = REF.make_inputs(case, dev)
-    cv = importlib.import_module("dpk.families.unet1d.cuda_variants")
-    ext = importlib.import_module("dpk.families.denoise._extension")
-    sch = importlib.import_module("dpk.families.denoise._schedule")
-    schedule = sch.Schedule(num_train_timesteps=call.num_t, num_inference_steps=10)
-    prog = cv.compiled_program(call, sample.shape[0], sample.shape[1])
-    io = cv._io(sample.clone(), timestep, global_cond, obs, call, "fused")
-    k, z = 3, torch.randn_like(sample)
-    eps = prog.launch(io).clone()
-    want = ext.step_cuda(eps, io["sample"], z, torch.tensor(k, device=dev), schedule)
-    t_next = torch.tensor(41, device=dev)
-    prog.launch(io, step=P.FusedStep(sch.table_for(schedule, sample)[k], z, t_next))
-    assert torch.equal(io["sample"], want) and bool((io["t"] == 41).all())
 
 
 def test_configs_that_cannot_be_built_are_named():

@@ -55,11 +55,6 @@ __device__ __forceinline__ unsigned smem_addr(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// the 128-byte line holding p into L2 (no registers held: a later load of it is an L2 hit)
-__device__ __forceinline__ void prefetch_l2(const void* p) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-
 // 16 bytes global -> shared (L2 only), zeros when !valid; src must be 16-byte aligned even then.
 __device__ __forceinline__ void copy16(void* dst, const void* src, bool valid, const Policy& p) {
     const unsigned d = smem_addr(dst);

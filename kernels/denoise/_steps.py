@@ -40,13 +40,6 @@ def fused_step(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, step: torch.
     check_step_inputs(eps, x, z, step, schedule, variant="torch_fused", dtypes=(torch.float32,))
     table = device_table(schedule, x.device, nan_pad=True)  # (N + 2, 8)
     row = table.index_select(0, (step.reshape(1) + 1).clamp_(0, schedule.num_steps + 1))  # (1, 8)
-    return step_from_row(eps, x, z, row, schedule)
-
-
-def step_from_row(eps: torch.Tensor, x: torch.Tensor, z: torch.Tensor, row: torch.Tensor, schedule: Schedule
-                  ) -> torch.Tensor:
-    """fused_step's arithmetic on the step's constants row ((8,) or (1, 8), on x's device): also what unet1d's
-    emulation applies for the step fused into the forward's last op."""
     neg_b, a, c_x0, c_x, c_eps, sigma, clip, _ = row.reshape(COLUMNS, *([1] * x.dim())).unbind(0)
     x0 = torch.addcmul(x, eps, neg_b).div_(a)
     if schedule.clip_sample:  # config, not per-step data: a host branch is free

@@ -17,8 +17,7 @@
 // kernel from Philox4x32-10 (key = seed, counter = (group, step, offset_lo, offset_hi)) and Box-Muller,
 // seed/offset read from device memory, so a whole denoising loop can be captured. philox_normal_kernel
 // writes the same normals to memory (tests compare them with a Python reimplementation of the stream).
-// step_element (kernels/_cuda/denoise_step.cuh, shared with unet1d's fused step) and philox_normal4 are
-// __host__ __device__: tests/cuda/denoise_host.cu runs them on the CPU (no
+// step_element and philox_normal4 are __host__ __device__: tests/cuda/denoise_host.cu runs them on the CPU (no
 // GPU needed) and tests/test_denoise.py checks them against the float64 reference and the Python Philox.
 //
 // Versus the seed's part-7 kernel: any shape and batch (not 1 x 2 x 16), any schedule (prev_t from the
@@ -28,16 +27,15 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "denoise_step.cuh"
-
 namespace {
 
 constexpr int kMaxThreads = 256;
 constexpr int kMaxBlocks = 8192;  // grid-stride beyond this (8192 * 256 * 4 = 8M elements per sweep)
 enum NoiseMode { NOISE_TENSOR = 0, NOISE_PHILOX = 1 };
 
-using dpk_denoise::Row;
-using dpk_denoise::step_element;
+struct Row {
+  float neg_b, a, c_x0, c_x, c_eps, sigma, clip, t;
+};
 
 __device__ __forceinline__ Row load_row(const float4* __restrict__ table, const int64_t* __restrict__ step,
                                         int num_steps) {
@@ -48,6 +46,18 @@ __device__ __forceinline__ Row load_row(const float4* __restrict__ table, const 
   }
   const float4 a = __ldg(table + 2 * i), b = __ldg(table + 2 * i + 1);
   return Row{a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+}
+
+__host__ __device__ __forceinline__ float step_element(const Row& r, float e, float x, float z, bool use_x, bool use_eps,
+                                              bool use_z) {
+  const float num = fmaf(r.neg_b, e, x);  // x - b*eps rounded once: no product rounding for 1/a to amplify
+  float x0 = num / r.a;                    // IEEE division (no fast-math): the reference's x0, rounded once
+  x0 = x0 < -r.clip ? -r.clip : (x0 > r.clip ? r.clip : x0);  // comparisons keep NaN, like torch.clamp
+  float out = r.c_x0 * x0;
+  if (use_x) out = fmaf(r.c_x, x, out);
+  if (use_eps) out = fmaf(r.c_eps, e, out);
+  if (use_z) out = fmaf(r.sigma, z, out);
+  return out;
 }
 
 // ---- Philox4x32-10 (Salmon et al., SC'11; the Random123 / cuRAND constants) ----------------------------

@@ -21,7 +21,6 @@ import dpk
 from ._chunk import Chunk, capture, condition
 
 Part = Callable[[], Any]
-FUSED = "unet + step"  # the stage of a call whose U-Net's last kernel applies the scheduler step
 
 
 @dataclass(frozen=True)
@@ -73,12 +72,8 @@ def _replay(graph: torch.cuda.CUDAGraph, *_alive: Any) -> None:
     graph.replay()
 
 
-def stages(p: Probe, unet: Part, step: Part | None, *, graphed: bool, encoder: Part | None = None
-           ) -> list[dpk.Stage]:
-    """[encoder (with the encoder stage on)], unet x S, step x S (or, where the call fuses the step into the
-    U-Net's last kernel, step None: FUSED x S); `encoder` defaults to the conditioning alone."""
+def stages(p: Probe, unet: Part, step: Part, *, graphed: bool, encoder: Part | None = None) -> list[dpk.Stage]:
+    """[encoder (with the encoder stage on)], unet x S, step x S; `encoder` defaults to the conditioning alone."""
     wrap = (lambda f: _graphed(f, p.device)) if graphed else _eager
     parts = [dpk.Stage("encoder", wrap(encoder or p.encode))] if p.chunk.encoder is not None else []
-    if step is None:
-        return [*parts, dpk.Stage(FUSED, wrap(unet), p.chunk.steps)]
     return [*parts, dpk.Stage("unet", wrap(unet), p.chunk.steps), dpk.Stage("step", wrap(step), p.chunk.steps)]

@@ -21,16 +21,15 @@ import torch
 import dpk
 
 from ..denoise._extension import step_cuda
-from ..denoise._schedule import table_for
 from ..unet1d._film import observe
 from ..unet1d._launch import compiled_program
 from ..unet1d._net import Call
-from ..unet1d._program import FusedStep
 from ._chunk import Chunk, capture, condition, info_of, static_copies
 from ._stages import Part, Probe, probe, stages
 from .torch_variants import TORCH_COMPUTE, graph_state
 
 KERNEL_NEEDS = ("cuda", "nvcc", "sm90")
+StepFn = Callable[..., torch.Tensor]  # (eps, x, z, step, schedule, out=) -> x of the next step, as step_cuda
 
 
 def _capture_per_step(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
@@ -83,18 +82,17 @@ def graph_per_step(global_cond: torch.Tensor | None, image: torch.Tensor | None,
 
 
 def step_form_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor, io: dict[str, torch.Tensor],
-                   forward: Callable[[FusedStep], object]) -> torch.Tensor:
-    """kernels_loop's chunk on the buffers of `io` (sample, t, obs): FiLM's observation part and the first
-    timestep once, then per step `forward(step)`: the forward of io's buffers with that denoising step fused into
-    its last op (io["sample"] stepped in place, the next timestep written into io["t"])."""
+                   forward: Callable[[], torch.Tensor], step: StepFn) -> torch.Tensor:
+    """kernels_loop's chunk on the buffers of `io` (sample, t, obs): FiLM's observation part once, then per step
+    the timestep into io["t"], `forward()` (the forward of io's buffers) and `step` writing io["sample"]."""
     module, dev = chunk.net.module, noise.device
-    x, t, B, S = io["sample"], io["t"], noise.shape[1], chunk.steps
-    ts, table = chunk.timesteps(dev), table_for(chunk.schedule, x)
+    x, t, B = io["sample"], io["t"], noise.shape[1]
+    ts, idx = chunk.timesteps(dev), chunk.step_indices(dev)
     io["obs"].copy_(observe(module, cond, B))
     x.copy_(noise[0])
-    t.copy_(ts[0].expand(B))
-    for k in range(S):
-        forward(FusedStep(table[k], noise[k + 1], ts[k + 1] if k + 1 < S else None))
+    for k in range(chunk.steps):
+        t.copy_(ts[k].expand(B))
+        step(forward(), x, noise[k + 1], idx[k], chunk.schedule, out=x)
     return x
 
 
@@ -110,23 +108,24 @@ def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
 
     def body() -> torch.Tensor:
         cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
-        return step_form_loop(chunk, cond, noise, io, lambda step: program.launch(io, ranges=False, step=step))
+        return step_form_loop(chunk, cond, noise, io, lambda: program.launch(io, ranges=False), step_cuda)
     graph, out = capture(body, dev)
     return {"graph": graph, "static": static, "out": out, "io": io, "program": program,
             "bytes": torch.cuda.memory_allocated(dev) - before}
 
 
 def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
-    """encoder: the conditioning and FiLM's observation part; unet + step: the layer kernels with step k fused
-    into the last (its t_next is t_k itself, so replays keep the timestep). They run on the buffers of the
-    chunk's graph, which rewrites all of them at the start of every call."""
+    """encoder: the conditioning and FiLM's observation part; unet: the timestep copy and the layer kernels.
+    They run on the buffers of the chunk's graph, which rewrites all of them at the start of every call."""
     p = probe(*inputs)
     st = graph_state("kernels_loop", inputs, _capture_kernels)
     io, program, B = st["io"], st["program"], p.x.shape[0]
     t_k = p.chunk.timesteps(p.device)[p.k]
-    io["t"].copy_(t_k.expand(B))
-    step = FusedStep(table_for(p.chunk.schedule, p.x)[p.k], st["static"]["noise"][p.k + 1], t_k)
-    return stages(p, lambda: program.launch(io, ranges=False, step=step), None, graphed=True,
+
+    def unet() -> torch.Tensor:
+        io["t"].copy_(t_k.expand(B))
+        return program.launch(io, ranges=False)
+    return stages(p, unet, kernel_step(p), graphed=True,
                   encoder=lambda: io["obs"].copy_(observe(p.chunk.net.module, p.encode(), B)))
 
 

@@ -8,13 +8,12 @@ synchronisation, which the GPU parity checks cover.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 
 from ._pack import unpack_weight
 from ._plan import Buf, Op, Segment, Source, partial_outputs
-from ._program import FusedStep, Program
+from ._program import Program
 
 GN_EPS = 1e-5
 
@@ -146,17 +145,3 @@ def emulate(program: Program, io: dict[str, torch.Tensor], dtype: torch.dtype = 
     for op in program.ops:
         run_op(mem, op, dtype)
     return out
-
-
-def emulate_step(program: Program, io: dict[str, torch.Tensor], step: FusedStep,
-                 apply: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor],
-                 dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """emulate, then the last op's fused step (unet1d.h UnetStep) on io["sample"] and io["t"] in place, as the
-    kernel applies it to each output it stores; apply(eps, x, z, row): the step's arithmetic. Returns eps."""
-    x, t = io["sample"], io["t"]
-    step.check(x, t)
-    eps = emulate(program, io, dtype)
-    x.copy_(apply(eps.to(x.dtype), x, step.z, step.row))
-    if step.t_next is not None:
-        t.copy_(step.t_next.reshape(()).expand_as(t))
-    return eps

@@ -21,8 +21,8 @@ from dpk.nvtx import Ranges
 from dpk.timing_aids import graph_of
 
 from ._net import Call
-from ._plan import SMEM_BUDGET, SMEM_MAX, Buf, Op, Segment, Source
-from ._program import FusedStep, Program, build_program
+from ._plan import SMEM_MAX, Buf, Op, Segment, Source
+from ._program import Program, build_program
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "unet1d.cu",)
@@ -49,15 +49,11 @@ class CSegment(ctypes.Structure):
                            "cta0", "ncta", "nb", "simt")]
 
 
-class CStep(ctypes.Structure):
-    _fields_ = [("row", P), ("z", P), ("x", P), ("t_next", P), ("t_out", P)]
-
-
 class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
         (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
                            "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("stat_in_n", I32),
-                                                                     ("stat_out", P), ("stat_in", P), ("step", CStep)]
+                                                                     ("stat_out", P), ("stat_in", P)]
 
 
 def library_path() -> Path:
@@ -135,16 +131,6 @@ def c_op(op: Op, r: Resolver) -> COp:
     return c
 
 
-def _bind_step(step: FusedStep, io: dict[str, torch.Tensor], last: Op) -> CStep:
-    x, t = io["sample"], io["t"]
-    step.check(x, t)
-    if len(last.segs) != 1 or last.segs[0].nb > 2 or last.smem_bytes > SMEM_BUDGET:  # unet1d.cu kernel_for_step
-        raise ValueError(f"unet1d fused step: the last op ({last.name}) has no stepping kernel: one segment of at "
-                         f"most 2 row blocks within {SMEM_BUDGET} bytes of shared memory")
-    t_next = None if step.t_next is None else step.t_next.data_ptr()
-    return CStep(step.row.data_ptr(), step.z.data_ptr(), x.data_ptr(), t_next, t.data_ptr())
-
-
 class Compiled:
     """One program on one device: weights packed once, the workspace, bound op arrays and graphs."""
 
@@ -175,23 +161,15 @@ class Compiled:
         self.entries.move_to_end(key)
         return e
 
-    def launch(self, io: dict[str, torch.Tensor], ranges: bool = True, step: FusedStep | None = None
-               ) -> torch.Tensor:
-        """Every op on the current stream (programmatic dependent launch between them); returns the output.
-        With `step`, the last op also applies that denoising step to io["sample"] in place (and writes the next
-        step's timestep into io["t"]): a denoising loop of launches only."""
+    def launch(self, io: dict[str, torch.Tensor], ranges: bool = True) -> torch.Tensor:
+        """Every op on the current stream (programmatic dependent launch between them); returns the output."""
         lib, e = library(), self._entry(io)
         stream = P(torch.cuda.current_stream(self.device).cuda_stream)
         size = ctypes.sizeof(COp)
-        last = e["ops"][len(self.ranges) - 1]
-        last.step = CStep() if step is None else _bind_step(step, io, self.program.ops[-1])
-        try:
-            for i, rng in enumerate(self.ranges):
-                with rng if ranges else _NULL:
-                    _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
-                                                                  ctypes.POINTER(COp)), 1, stream, PDL))
-        finally:
-            last.step = CStep()  # (the launch copied its parameters)
+        for i, rng in enumerate(self.ranges):
+            with rng if ranges else _NULL:
+                _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
+                                                              ctypes.POINTER(COp)), 1, stream, PDL))
         return e["out"]
 
     def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:

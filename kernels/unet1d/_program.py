@@ -41,36 +41,6 @@ class Program:
         return sum(s.weight_bytes for op in self.ops for s in op.segs if not op.name.startswith(("step.", "film")))
 
 
-@dataclass(frozen=True)
-class FusedStep:
-    """A denoising step fused into the forward's last op (unet1d.h UnetStep): x = step(eps, x, z) in place on the
-    forward's sample x, and the next step's timestep into its t, so a loop of forwards is the whole chunk."""
-
-    row: torch.Tensor  # (8,) float32: the step's constants (the denoise family's table row)
-    z: torch.Tensor  # the step's noise, shaped like the sample
-    t_next: torch.Tensor | None  # one int64: the next step's timestep (None at the last step)
-
-    def check(self, x: torch.Tensor, t: torch.Tensor) -> None:
-        """ValueError naming what does not fit the sample x and the timestep buffer t it will update."""
-        def bad(what: str) -> ValueError:
-            return ValueError(f"unet1d fused step: {what}")
-        if not (x.dtype == torch.float32 and x.is_contiguous()):
-            raise bad(f"the sample must be contiguous float32, got {x.dtype}")
-        if not (self.row.dtype == torch.float32 and self.row.shape == (8,) and self.row.is_contiguous()
-                and self.row.data_ptr() % 16 == 0 and self.row.device == x.device):
-            raise bad(f"row must be 8 contiguous, 16-byte aligned float32 on {x.device}, got {tuple(self.row.shape)} "
-                      f"{self.row.dtype} on {self.row.device}")
-        if not (self.z.shape == x.shape and self.z.dtype == x.dtype and self.z.is_contiguous()
-                and self.z.device == x.device):
-            raise bad(f"z must be contiguous, shaped {tuple(x.shape)} float32 on {x.device}, got "
-                      f"{tuple(self.z.shape)} {self.z.dtype} on {self.z.device}")
-        for name, v in (("t_next", self.t_next), ("t", t)):
-            if v is not None and not (v.dtype == torch.int64 and v.device == x.device):
-                raise bad(f"{name} must be int64 on {x.device}, got {v.dtype} on {v.device}")
-        if self.t_next is not None and self.t_next.numel() != 1:
-            raise bad(f"t_next must hold one timestep, got {self.t_next.numel()}")
-
-
 class _Builder:
     def __init__(self, model: ConditionalUnet1D, batch: int, horizon: int, form: str, sms: int):
         cfg = model.cfg

@@ -25,9 +25,7 @@
 // A SIMT segment 0 may carry a rider (simt = 2): the block's 1x1 residual conv of the same X and rows, its weights tap
 // k of the packed ones, summed into a second set of accumulators and stored after segment 0's outputs. An op over
 // the two-CTA shared-memory budget runs the MINB = 1 instantiation (128 registers: a register prologue of four
-// float4s per thread) and requests its ring's later stages after its early loads. The forward's last op may carry
-// a denoising step (UnetOp::step, the STEP instantiations): each output it stores, the model's eps, also steps the
-// trajectory in place, so a whole denoising loop is one chain of these launches.
+// float4s per thread) and requests its ring's later stages after its early loads.
 // Versus conv1d's stream_rows.cu (one conv per launch, x copied in raw, FMAs on CUDA cores): the input
 // transform of the previous layer (GroupNorm, Mish, FiLM, residual, concatenation) runs in this kernel's
 // prologue, segments let one launch hold a conv and its 1x1 residual conv (or both phases of the transposed
@@ -37,7 +35,6 @@
 #include <stdint.h>
 
 #include "async_copy.cuh"
-#include "denoise_step.cuh"
 #include "grid_dependency.cuh"
 #include "unet1d.h"
 
@@ -628,57 +625,14 @@ __device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg
     }
 }
 
-// the fused denoising step's inputs of batch element b (written before the forward or a whole forward back: safe
-// before the dependency wait) into L2, so that the store finds them there; the op's one segment writes (B, T, D)
-__device__ __forceinline__ void prefetch_step(const UnetOp& op, int b) {
-    if (op.step.row == nullptr) return;
-    const UnetSegment& s = op.seg[0];
-    const int n = s.rows * s.l_out, lines = (n + 31) / 32, tid = threadIdx.x;
-    if (tid == 0) ca::prefetch_l2(op.step.row);
-    if (tid < lines) {
-        ca::prefetch_l2(op.step.x + b * s.ob + 32 * tid);
-        ca::prefetch_l2(op.step.z + b * s.ob + 32 * tid);
-    }
-}
-
-// output (row r of the CTA, column j; co = its row in the segment): + bias, the warps' partial sums added up
-template <int T>
-__device__ __forceinline__ float output_value(const UnetSegment& seg, const float* red, int r, int j, int co) {
-    float v = seg.bias[co];
-#pragma unroll
-    for (int w = 0; w < T / 32; ++w) v += red[(w * seg.rc + r) * seg.l_out + j];
-    return v;
-}
-
-// the fused denoising step on the outputs this CTA stored (eps from the same sums): x = step(eps, x, z) in place,
-// and the next forward's timestep. Only the instantiations of the op that steps (STEP) call it, after the store: in
-// every kernel, even out of line, it cost the stage loops registers (spills)
-template <int T>
-__device__ __forceinline__ void store_step(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* red) {
-    const UnetStep& st = op.step;
-    const float4* r4 = reinterpret_cast<const float4*>(st.row);
-    const float4 a = __ldg(r4), q = __ldg(r4 + 1);
-    const dpk_denoise::Row row{a.x, a.y, a.z, a.w, q.x, q.y, q.z, q.w};
-    const bool use_x = row.c_x != 0.0f, use_eps = row.c_eps != 0.0f, use_z = row.sigma != 0.0f;
-    if (threadIdx.x == 0 && st.t_next != nullptr) st.t_out[b] = __ldg(st.t_next);
-    const int rc = seg.rc, lo = seg.l_out, row0 = c * rc;
-    const int64_t base = b * seg.ob + seg.ophase * seg.ol, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
-    for (int i = threadIdx.x; i < rc * lo; i += T) {
-        const int r = i / lo, j = i - r * lo, co = row0 + r;
-        if (co >= seg.rows) continue;
-        const int64_t e = base + co * seg.oc + j * oj;
-        const float z = use_z ? __ldcg(st.z + e) : 0.0f;
-        st.x[e] = dpk_denoise::step_element(row, output_value<T>(seg, red, r, j, co), __ldcg(st.x + e), z, use_x,
-                                            use_eps, use_z);
-    }
-}
-
 // 5. + bias, the warps' partial sums added up, stored (and the reader's GroupNorm partials)
 template <int T>
 __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* red,
                               bool rider = false) {
+    constexpr int kWarps = T / 32;
     const int tid = threadIdx.x, lane = tid & 31, rc = seg.rc, rows = seg.rows, lo = seg.l_out;
     const int row0 = c * rc;
+    const float* bias = seg.bias;
     float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
     // the reader's GroupNorm partials: segment 0 (its CTAs come first), n consecutive outputs each (n: the largest
@@ -693,7 +647,9 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
         const int r = i / lo, j = i - r * lo, co = row0 + r;
         float v = 0.0f;
         if (i < rc * lo && co < rows) {
-            v = output_value<T>(seg, red, r, j, co);
+            v = bias[co];
+#pragma unroll
+            for (int w = 0; w < kWarps; ++w) v += red[(w * rc + r) * lo + j];
             out[co * oc + j * oj] = v;
         }
         if (partials) {
@@ -896,8 +852,7 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
 
 // MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
 // leaves its SM to it alone anyway)
-// STEP: the op applies a fused denoising step to its outputs (UnetOp::step; the forward's last op only)
-template <int COLS, int NBMAX, int T, int MINB, bool STEP = false>
+template <int COLS, int NBMAX, int T, int MINB>
 __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constant__ UnetOp op) {
     extern __shared__ __align__(128) unsigned char smem[];
     const Carve cv = carve(op);
@@ -936,7 +891,6 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     int rsrc;
     const bool fast = fast_prologue<T, MINB>(op, b);
     prologue_early<T>(op, b, X, coef, rpre, rsrc, fast);
-    if constexpr (STEP) prefetch_step(op, b);
     if (MINB == 1 && op.copy != 2) {
         const ca::Policy policy = ca::make_policy(1);
         for (int s = 1; s < op.ring && s < sg.nstages; ++s)
@@ -956,20 +910,18 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
         if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
             // the plan admits a carrier (simt 2) for K 3 or 5 only
             switch ((sg.simt == 2 ? 128 : 0) + sg.l_out * 8 + sg.k) {
-                case 33: run_segment_simt<T, 4, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 35: run_segment_simt<T, 4, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 37: run_segment_simt<T, 4, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 65: run_segment_simt<T, 8, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 67: run_segment_simt<T, 8, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 69: run_segment_simt<T, 8, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 163: run_segment_simt<T, 4, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 165: run_segment_simt<T, 4, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 195: run_segment_simt<T, 8, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-                case 197: run_segment_simt<T, 8, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+                case 33: run_segment_simt<T, 4, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 35: run_segment_simt<T, 4, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 37: run_segment_simt<T, 4, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 65: run_segment_simt<T, 8, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 67: run_segment_simt<T, 8, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 69: run_segment_simt<T, 8, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 163: run_segment_simt<T, 4, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 165: run_segment_simt<T, 4, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 195: run_segment_simt<T, 8, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+                case 197: run_segment_simt<T, 8, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
                 default: __trap();
             }
-            if constexpr (STEP) store_step<T>(op, sg, c, b, red);
-            return;
         }
     }
     switch (sg.k) {
@@ -979,7 +931,6 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
         case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
         default: __trap();  // the plan admits K in {1, 2, 3, 5}
     }
-    if constexpr (STEP) store_step<T>(op, sg, c, b, red);
 }
 
 using KernelFn = void (*)(UnetOp);
@@ -1027,22 +978,10 @@ KernelFn kernel_for_cols(int cols, int nb) {
     }
 }
 
-// the instantiations of an op with a fused step (the projection to the action dims: one or two row blocks)
-KernelFn kernel_for_step(int cols, int nb) {
-    if (nb > 2) return nullptr;
-    switch (cols) {
-        case 8: return nb == 1 ? unet1d_op_kernel<8, 1, 512, 2, true> : unet1d_op_kernel<8, 2, 512, 2, true>;
-        case 16: return nb == 1 ? unet1d_op_kernel<16, 1, 512, 2, true> : unet1d_op_kernel<16, 2, 512, 2, true>;
-        case 32: return nb == 1 ? unet1d_op_kernel<32, 1, 512, 2, true> : unet1d_op_kernel<32, 2, 512, 2, true>;
-        default: return nullptr;
-    }
-}
-
-// the instantiation of an op: its output columns (8, 16 or 32), its segments' largest row-block count, whether
-// it has its SM to itself (alone: the 128-register form) and whether it steps (UnetOp::step)
-KernelFn kernel_for(int cols, int nbmax, bool alone, bool step = false) {
+// the instantiation of an op: its output columns (8, 16 or 32), its segments' largest row-block count, and whether
+// it has its SM to itself (alone: the 128-register form)
+KernelFn kernel_for(int cols, int nbmax, bool alone) {
     const int nb = pow2_at_least(nbmax);
-    if (step) return alone ? nullptr : kernel_for_step(cols, nb);
     return alone ? kernel_for_cols<1>(cols, nb) : kernel_for_cols<2>(cols, nb);
 }
 
@@ -1065,8 +1004,8 @@ extern "C" int dpk_unet1d_struct_sizes(int* source, int* segment, int* op) {
 
 extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
     for (int cols = 8; cols <= 32; cols *= 2) {
-        for (int i = 0; i < 3 * 5; ++i) {
-            const KernelFn fn = kernel_for(cols, kNbMax[i % 5], i >= 5 && i < 10, i >= 10);
+        for (int i = 0; i < 2 * 5; ++i) {
+            const KernelFn fn = kernel_for(cols, kNbMax[i % 5], i >= 5);
             if (fn == nullptr) continue;
             cudaError_t e = cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_bytes);
             if (e == cudaSuccess)  // one shared-memory carveout for every op: no reconfiguration between them
@@ -1081,7 +1020,7 @@ extern "C" int dpk_unet1d_prepare(int max_smem_bytes) {
 extern "C" int dpk_unet1d_launch(const UnetOp* ops, int n, void* stream, int pdl) {
     for (int i = 0; i < n; ++i) {
         const UnetOp& op = ops[i];
-        const KernelFn fn = kernel_for(op.cols, op_nbmax(op), op.smem_bytes > kTwoCtaSmem, op.step.row != nullptr);
+        const KernelFn fn = kernel_for(op.cols, op_nbmax(op), op.smem_bytes > kTwoCtaSmem);
         if (fn == nullptr || op.grid <= 0 || op.threads != threads_for(pow2_at_least(op_nbmax(op))))
             return static_cast<int>(cudaErrorInvalidValue);
         cudaLaunchConfig_t cfg = {};

@@ -51,17 +51,6 @@ typedef struct {
                             // from tap k of these weights (k + 1 taps per row and channel)
 } UnetSegment;
 
-// A denoising step fused into the forward's last op (the one storing the model's output eps, (B, T, D)): each
-// output the op stores also becomes x = step(eps, x, z) in place (kernels/_cuda/denoise_step.cuh), and the next
-// forward's timestep is written, so a denoising loop is ops only. Row, noise and t_next are bound per step.
-typedef struct {
-    const float* row;       // nullable: the step's 8 constants (kernels/denoise/_schedule.py's columns)
-    const float* z;         // the step's noise, laid out as the output
-    float* x;               // the trajectory, laid out as the output (the forward's sample: read by op 0 only)
-    const int64_t* t_next;  // nullable: the next step's timestep, written to t_out[b] for each batch element b
-    int64_t* t_out;
-} UnetStep;
-
 typedef struct {
     UnetSource src[UNET_MAX_SRC];
     UnetSegment seg[UNET_MAX_SEG];
@@ -78,7 +67,6 @@ typedef struct {
     const float* stat_in;   // nullable: source 0's GroupNorm statistics from those partials (its producer's
                             // stat_out), combined instead of summed over X: the statistics pass leaves the op's
                             // critical path (the loads overlap the sources')
-    UnetStep step;          // the denoising step on the output (row null: none)
 } UnetOp;
 
 #define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
