@@ -271,15 +271,17 @@ __device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, con
 
 // source 0's GroupNorm statistics from its producer's partials of n = stat_in_n outputs each (unet1d.h stat_in; the
 // plan guarantees one warp per group and <= 32 partials per group): partials per group, 0 when the op reads none
+__device__ __forceinline__ int stat_in_shift(const UnetOp& op) { return __ffs(op.stat_in_n) - 1; }  // n: a power of 2
+
 __device__ __forceinline__ int partials_per_group(const UnetOp& op) {
-    return op.stat_in != nullptr ? (op.src[0].channels / op.src[0].groups * op.l_in) >> (__ffs(op.stat_in_n) - 1) : 0;
+    return op.stat_in != nullptr ? (op.src[0].channels / op.src[0].groups * op.l_in) >> stat_in_shift(op) : 0;
 }
 
 // this lane's partial (warp w takes group w), loaded early in its phase so that its latency hides behind others'
 __device__ __forceinline__ float2 load_partial(const UnetOp& op, int b, int pk) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (pk == 0 || warp >= op.src[0].groups || lane >= pk) return make_float2(0.0f, 0.0f);
-    const int first = (b * op.src[0].channels * op.l_in) >> (__ffs(op.stat_in_n) - 1);  // n: a power of two
+    const int first = (b * op.src[0].channels * op.l_in) >> stat_in_shift(op);
     return reinterpret_cast<const float2*>(op.stat_in)[first + warp * pk + lane];
 }
 
