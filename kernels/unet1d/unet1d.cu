@@ -86,12 +86,6 @@ __device__ __forceinline__ float mish(float v) {
     return v * __fdividef(n, n + 2.0f);
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 // sum over each aligned group of n lanes (n a power of two up to 32), every lane of the group getting it
 __device__ __forceinline__ float group_sum(float v, int n) {
 #pragma unroll
@@ -101,6 +95,8 @@ __device__ __forceinline__ float group_sum(float v, int n) {
     }
     return v;
 }
+
+__device__ __forceinline__ float warp_sum(float v) { return group_sum(v, 32); }
 
 // One round of warp_sum_scatter: a lane keeps half H of its values (the upper one where lane & off) and adds its
 // partner's (lane ^ off) copy of that half; then the next round on the kept half (recursion: every index is
@@ -269,10 +265,11 @@ __device__ __noinline__ void transform_scalar(const UnetSource s, float* xs, con
     }
 }
 
+// log2 of stat_in_n (a power of two)
+__device__ __forceinline__ int stat_in_shift(const UnetOp& op) { return __ffs(op.stat_in_n) - 1; }
+
 // source 0's GroupNorm statistics from its producer's partials of n = stat_in_n outputs each (unet1d.h stat_in; the
 // plan guarantees one warp per group and <= 32 partials per group): partials per group, 0 when the op reads none
-__device__ __forceinline__ int stat_in_shift(const UnetOp& op) { return __ffs(op.stat_in_n) - 1; }  // n: a power of 2
-
 __device__ __forceinline__ int partials_per_group(const UnetOp& op) {
     return op.stat_in != nullptr ? (op.src[0].channels / op.src[0].groups * op.l_in) >> stat_in_shift(op) : 0;
 }
