@@ -11,7 +11,6 @@ import math
 
 import torch
 
-from ._chain import Chain, unpack_chain_weight
 from ._pack import unpack_weight
 from ._plan import Buf, Op, Segment, Source, partial_outputs
 from ._program import Program
@@ -66,9 +65,7 @@ def _group_stats(mem: Memory, s: Source, g: torch.Tensor, b: int, stat: Buf | No
     return mean, (p[..., 1].sum(dim=1, keepdim=True) + k * ((p[..., 0] - mean) ** 2).sum(dim=1, keepdim=True)) / n
 
 
-def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None = None, k: int = 0,
-               res: torch.Tensor | None = None) -> torch.Tensor:
-    """The source's transform of its raw values v (C, L); `res` overrides the residual read from s.res."""
+def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None = None, k: int = 0) -> torch.Tensor:
     C, L = v.shape
     if s.gamma is not None:
         g = v.reshape(s.groups, -1)
@@ -88,9 +85,9 @@ def _transform(mem: Memory, s: Source, v: torch.Tensor, b: int, stat: Buf | None
         shift = f[C:2 * C] if s.film == 1 else f[:C]
         scale = f[:C] if s.film == 1 else torch.ones_like(shift)
         v = v * scale[:, None] + shift[:, None]
-    if res is None and s.res is not None:
-        res = mem.flat(s.res)[b * C * L:(b + 1) * C * L].reshape(C, L)
-    return v if res is None else v + res.to(v.dtype)
+    if s.res is not None:
+        v = v + mem.flat(s.res)[b * C * L:(b + 1) * C * L].reshape(C, L).to(v.dtype)
+    return v
 
 
 def _weights(mem: Memory, op: Op) -> list[torch.Tensor]:
@@ -105,25 +102,18 @@ def _weights(mem: Memory, op: Op) -> list[torch.Tensor]:
     return out
 
 
-def _conv(s: Segment, W: torch.Tensor, X: torch.Tensor, bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Segment s of X (channels of W's width, L): its output (rows, l_out) and each output's element offset
-    within one batch element of s.out."""
+def _segment(mem: Memory, s: Segment, W: torch.Tensor, X: torch.Tensor, b: int) -> None:
     W = W.to(X.dtype)
-    Xs = X[: W.shape[1]]
+    Xs = X[: s.nstages * s.cb]
     L = X.shape[1]
     cols = torch.arange(s.l_out)[None, :] * s.stride + torch.arange(s.k)[:, None] - s.pad  # (k, l_out)
     valid = (cols >= 0) & (cols < L)
     Xcol = torch.where(valid[None], Xs[:, cols.clamp(0, L - 1)], torch.zeros((), dtype=X.dtype))  # (ci, k, j)
-    y = torch.einsum("rck,ckj->rj", W, Xcol)[: s.rows] + bias[: s.rows, None].to(X.dtype)
+    y = torch.einsum("rck,ckj->rj", W, Xcol)[: s.rows] + mem.flat(s.bias)[: s.rows, None].to(X.dtype)
     co = torch.arange(s.rows)[:, None]
     j = torch.arange(s.l_out)[None, :]
-    return y, co * s.oc + (j * s.ostep + s.ophase) * s.ol
-
-
-def _segment(mem: Memory, s: Segment, W: torch.Tensor, X: torch.Tensor, b: int) -> None:
-    y, at = _conv(s, W[:, : s.nstages * s.cb], X, mem.flat(s.bias))
     out = mem.flat(s.out)
-    out[b * s.ob + at] = y.to(out.dtype)
+    out[b * s.ob + co * s.oc + (j * s.ostep + s.ophase) * s.ol] = y.to(out.dtype)
 
 
 def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
@@ -152,38 +142,6 @@ def emulate(program: Program, io: dict[str, torch.Tensor], dtype: torch.dtype = 
     out = torch.zeros(program.batch, program.horizon, io["sample"].shape[-1], dtype=dtype)
     io = {k: (v.to(dtype) if v.is_floating_point() else v).cpu() for k, v in io.items()} | {"out": out}
     mem = Memory(program, params, work, io)
-    for kind, k in program.units():
-        if kind == "op":
-            run_op(mem, program.ops[k], dtype)
-        else:
-            run_chain(mem, program.chains[k], dtype)
+    for op in program.ops:
+        run_op(mem, op, dtype)
     return out
-
-
-def run_chain(mem: Memory, chain: Chain, dtype: torch.dtype) -> None:
-    """A chain as unet1d_chain.cu runs it: what an earlier link left in a slot is read from the slot, the rest
-    from memory; outputs go to their slot and to memory only where the plan says so (so a missing store or a
-    wrong slot shows in the output). Statistics are summed over X (no partials)."""
-    slots = torch.zeros(chain.nslots, chain.slot_floats, dtype=dtype)
-    for link in chain.links:
-        op, L = link.op, link.op.l_in
-        parts = []
-        for i, s in enumerate(op.srcs):
-            v = (slots[link.src_slot[i], : s.channels * L].reshape(s.channels, L) if link.src_slot[i] >= 0
-                 else _values(mem, s, 0, L, dtype))
-            res = slots[link.res_slot[i], : s.channels * L].reshape(s.channels, L) if link.res_slot[i] >= 0 else None
-            parts.append(_transform(mem, s, v, 0, res=res) if s.transformed else v)
-        X = torch.cat(parts)
-        if link.mat_slot >= 0:
-            slots[link.mat_slot, : X.numel()] = X.reshape(-1)
-        if link.mat_global:
-            mem.flat(op.mat)[: X.numel()] = X.reshape(-1).to(mem.work.dtype)
-        for ls in link.segs:
-            s = ls.seg
-            W = unpack_chain_weight(mem.flat(ls.w), ls, chain.ctas)
-            y, at = _conv(s, W, X, mem.flat(ls.bias))
-            if ls.out_slot >= 0:
-                slots[ls.out_slot][at] = y
-            if ls.out_global:
-                out = mem.flat(s.out)
-                out[at] = y.to(out.dtype)

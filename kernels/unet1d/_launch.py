@@ -20,13 +20,12 @@ import dpk.build
 from dpk.nvtx import Ranges
 from dpk.timing_aids import graph_of
 
-from ._chain import Chain, CLinkSeg, LinkSeg, c_chain_type
 from ._net import Call
 from ._plan import SMEM_MAX, Buf, Op, Segment, Source
 from ._program import Program, build_program
 
 HERE = Path(__file__).resolve().parent
-SOURCES = (HERE / "unet1d.cu", HERE / "unet1d_chain.cu")
+SOURCES = (HERE / "unet1d.cu",)
 CACHE = 4  # bound op arrays / graphs kept per program (input address sets)
 COPY = int(os.environ.get("DPK_UNET1D_COPY", "0"))  # unet1d.h UnetOp::copy: how stages reach shared memory
 PDL = int(os.environ.get("DPK_UNET1D_PDL", "1"))  # 0: plain stream order between ops (a diagnostic: _trace.py)
@@ -57,9 +56,6 @@ class COp(ctypes.Structure):
                                                                      ("stat_out", P), ("stat_in", P)]
 
 
-CLink, CChain = c_chain_type(CSource)
-
-
 def library_path() -> Path:
     """Build (or find in the build cache) libdpk_unet1d.so; works without a GPU."""
     return dpk.build.build_library("dpk_unet1d", SOURCES)
@@ -71,10 +67,6 @@ def declare(lib: ctypes.CDLL) -> ctypes.CDLL:
     lib.dpk_unet1d_prepare.argtypes = [ctypes.c_int]
     lib.dpk_unet1d_launch.argtypes = [ctypes.POINTER(COp), ctypes.c_int, P, ctypes.c_int]
     lib.dpk_unet1d_error_string.restype = ctypes.c_char_p
-    lib.dpk_unet1d_chain_smem_bytes.argtypes = [ctypes.POINTER(CChain)]
-    lib.dpk_unet1d_chain_struct_sizes.argtypes = [ctypes.POINTER(ctypes.c_int)] * 3
-    lib.dpk_unet1d_chain_prepare.argtypes = [ctypes.c_int]
-    lib.dpk_unet1d_chain_launch.argtypes = [ctypes.POINTER(CChain), P, ctypes.c_int]
     return lib
 
 
@@ -87,7 +79,6 @@ def library() -> ctypes.CDLL:
     if _lib is None:
         lib = declare(dpk.build.nvcc_library("dpk_unet1d", SOURCES))
         _check(lib, lib.dpk_unet1d_prepare(SMEM_MAX))
-        _check(lib, lib.dpk_unet1d_chain_prepare(SMEM_MAX))
         _lib = lib
     return _lib
 
@@ -140,40 +131,6 @@ def c_op(op: Op, r: Resolver) -> COp:
     return c
 
 
-def _link_seg(ls: LinkSeg, r: Resolver) -> CLinkSeg:
-    s = ls.seg
-    return CLinkSeg(r(ls.w), r(ls.bias), r(s.out) if ls.out_global else None, s.ob, s.oc, s.ol, s.rows, s.k, s.pad,
-                    s.stride, s.ostep, s.ophase, s.l_out, ls.rc, ls.cb, ls.nstages, ls.out_slot, 0)
-
-
-def c_chain(chain: Chain, r: Resolver) -> CChain:
-    """unet1d_chain.h UnetChain: what a link reads from a slot has no pointer (the kernel reads the slot)."""
-    c = CChain()
-    for k, link in enumerate(chain.links):
-        op, cl = link.op, c.link[k]
-        for i, s in enumerate(op.srcs):
-            cl.src[i] = _source(s, r)
-            if link.src_slot[i] >= 0:
-                cl.src[i].raw = None
-            if link.res_slot[i] >= 0:
-                cl.src[i].res = None
-            cl.src_slot[i], cl.res_slot[i] = link.src_slot[i], link.res_slot[i]
-        for i, ls in enumerate(link.segs):
-            cl.seg[i] = _link_seg(ls, r)
-        cl.src_slot[len(op.srcs):] = cl.res_slot[len(op.srcs):] = [-1] * (2 - len(op.srcs))
-        cl.mat = r(op.mat) if link.mat_global else None
-        cl.mat_slot, cl.nsrc, cl.nseg, cl.cin, cl.l_in = link.mat_slot, len(op.srcs), len(op.segs), op.cin, op.l_in
-    c.n, c.ctas, c.nslots, c.slot_floats = len(chain.links), chain.ctas, chain.nslots, chain.slot_floats
-    c.stage_floats, c.ring, c.cin_max, c.l_max = chain.stage_floats, chain.ring, chain.cin_max, chain.l_max
-    c.smem_bytes = chain.smem_bytes
-    return c
-
-
-def _unit_name(program: Program, kind: str, k: int) -> str:
-    """An op's NVTX range is its layer's name; a chain's, its layers' names joined by '+'."""
-    return program.ops[k].name if kind == "op" else "+".join(op.name for op in program.chains[k].ops)
-
-
 class Compiled:
     """One program on one device: weights packed once, the workspace, bound op arrays and graphs."""
 
@@ -182,8 +139,7 @@ class Compiled:
         self.params = program.params.materialize(torch.float32, device)
         self.work = torch.zeros(program.work.size, dtype=torch.float32, device=device)
         self.entries: OrderedDict[tuple, dict] = OrderedDict()
-        self.units = program.units()
-        self.ranges = [Ranges(_unit_name(program, kind, k)) for kind, k in self.units]
+        self.ranges = [Ranges(op.name) for op in program.ops]
 
     def resident_bytes(self) -> int:
         extra = sum(e["out"].numel() * 4 for e in self.entries.values())
@@ -198,8 +154,7 @@ class Compiled:
             r = Resolver(p, self.params, self.work, io | {"out": out} | ({"table": self.table} if
                                                                           self.table is not None else {}))
             ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
-            chains = [c_chain(c, r) for c in p.chains]
-            e = {"out": out, "ops": ops, "chains": chains, "io": dict(io), "graph": None}
+            e = {"out": out, "ops": ops, "io": dict(io), "graph": None}
             self.entries[key] = e
             while len(self.entries) > CACHE:
                 self.entries.popitem(last=False)
@@ -211,22 +166,17 @@ class Compiled:
         lib, e = library(), self._entry(io)
         stream = P(torch.cuda.current_stream(self.device).cuda_stream)
         size = ctypes.sizeof(COp)
-        for (kind, k), rng in zip(self.units, self.ranges, strict=True):
+        for i, rng in enumerate(self.ranges):
             with rng if ranges else _NULL:
-                if kind == "op":
-                    _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + k * size,
-                                                                  ctypes.POINTER(COp)), 1, stream, PDL))
-                else:
-                    _check(lib, lib.dpk_unet1d_chain_launch(ctypes.byref(e["chains"][k]), stream, PDL))
+                _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
+                                                              ctypes.POINTER(COp)), 1, stream, PDL))
         return e["out"]
 
     def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:
         """One forward with %globaltimer marks in every CTA: per op, the median over its CTAs of each phase's end
-        (us after the op's first CTA started) and the op's span. A diagnostic: the marks cost ~0.1 us each; the
-        ops of a chain carry none (no rows)."""
+        (us after the op's first CTA started) and the op's span. A diagnostic: the marks cost ~0.1 us each."""
         e = self._entry(io)
-        chained = {id(op) for c in self.program.chains for op in c.ops}
-        counts = [0 if id(op) in chained else op.grid for op in self.program.ops]
+        counts = [op.grid for op in self.program.ops]
         buf = torch.zeros(sum(counts) * TRACE_POINTS, dtype=torch.int64, device=self.device)
         base = 0
         for c, n in zip(e["ops"], counts):
@@ -241,8 +191,6 @@ class Compiled:
         t = buf.view(-1, TRACE_POINTS).cpu().double()
         out, base, t_first = [], 0, float(t[:, 0].min())
         for op, n in zip(self.program.ops, counts):
-            if n == 0:
-                continue
             rows = t[base:base + n]
             start = float(rows[:, 0].min())
             med = (rows - start).median(dim=0).values / 1e3

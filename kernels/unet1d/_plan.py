@@ -299,12 +299,11 @@ def partials_fit(prev: Op, op: Op) -> bool:
             and cpg * L % n == 0 and cpg * L // n <= 32 and s.groups <= op.threads // 32)
 
 
-def link_stats(ops: list[Op], store: Store, chained: set[int] = frozenset()) -> None:
+def link_stats(ops: list[Op], store: Store) -> None:
     """Where an op's source 0 is normalised from the previous op's output, have that op store the GroupNorm
-    partials and this one combine them (a buffer `<raw>.stat` of 2 floats per partial); not where either op runs
-    in a chain (`chained`: their ids), which sums its statistics over X itself."""
+    partials and this one combine them (a buffer `<raw>.stat` of 2 floats per partial)."""
     for prev, op in itertools.pairwise(ops):
-        if id(prev) not in chained and id(op) not in chained and partials_fit(prev, op):
+        if partials_fit(prev, op):
             g = prev.segs[0]
             op.stat_in_n = partial_outputs(g)
             size = 2 * op.batch_grid * g.rows * g.l_out // op.stat_in_n

@@ -20,8 +20,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from . import _chain
-from ._chain import Chain, find_chains, pack_chain_weight, plan_chain
 from ._pack import pack_bias, pack_weight
 from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, plan_op
 from ._unet import ConditionalUnet1D
@@ -38,36 +36,20 @@ class Program:
     horizon: int
     form: str
     film_width: int
-    chains: list[Chain]  # runs of ops launched as one cluster each (unet1d_chain.h)
-
-    def units(self) -> list[tuple[str, int]]:
-        """The launches in order: ("op", op index) or ("chain", chain index)."""
-        starts = {c.first: k for k, c in enumerate(self.chains)}
-        out, j = [], 0
-        while j < len(self.ops):
-            if j in starts:
-                out.append(("chain", starts[j]))
-                j += len(self.chains[starts[j]].links)
-            else:
-                out.append(("op", j))
-                j += 1
-        return out
 
     def conv_bytes(self) -> int:
         return sum(s.weight_bytes for op in self.ops for s in op.segs if not op.name.startswith(("step.", "film")))
 
 
 class _Builder:
-    def __init__(self, model: ConditionalUnet1D, batch: int, horizon: int, form: str, sms: int, chain_ctas: int):
+    def __init__(self, model: ConditionalUnet1D, batch: int, horizon: int, form: str, sms: int):
         cfg = model.cfg
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         if horizon % cfg.horizon_multiple:
             raise ValueError(f"horizon {horizon} is not a multiple of {cfg.horizon_multiple} (2^(levels-1))")
         self.m, self.cfg, self.B, self.T, self.form, self.sms = model, cfg, batch, horizon, form, sms
-        self.chain_ctas = chain_ctas
         self.params, self.work, self.ops = Store(), Store(), []
-        self.weights: list[list[tuple[torch.Tensor, torch.Tensor]]] = []  # per op, per segment: (w, b), packed last
         self.film_slices = iter(model.film_slices())
         self.F = sum(w for _, w in model.film_slices())
 
@@ -88,25 +70,13 @@ class _Builder:
             l_in: int, batch_grid: int, mat: Buf | None = None) -> None:
         op = Op(name, srcs, [s for s, _, _ in segs], l_in, batch_grid, mat)
         plan_op(op, self.sms)
-        self.ops.append(op)
-        self.weights.append([(w, b) for _, w, b in segs])
-
-    def _pack(self, op: Op, weights: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """An op's weights in its layer kernel's layout (its CTAs and stages: _plan.plan_op)."""
-        for i, (s, (w, b)) in enumerate(zip(op.segs, weights, strict=True)):
+        for i, (s, w, b) in enumerate(segs):
             if s.simt == 2:  # the rider's 1x1 weights as tap k of this segment's
-                w = torch.cat([self._host(w), self._host(weights[i + 1][0])], dim=2)
+                w = torch.cat([self._host(w), self._host(segs[i + 1][1])], dim=2)
             if not s.rider:
-                s.w = self._param(f"{op.name}.w{i}", pack_weight(self._host(w), s))
-            s.bias = self._param(f"{op.name}.b{i}", pack_bias(self._host(b), s))
-
-    def _pack_chain(self, chain: Chain) -> None:
-        """A chain's weights in the chain kernel's layout (per CTA and stage of its one stream)."""
-        for link in chain.links:
-            j = self.ops.index(link.op)
-            for i, (ls, (w, b)) in enumerate(zip(link.segs, self.weights[j], strict=True)):
-                ls.w = self._param(f"{link.op.name}.w{i}", pack_chain_weight(self._host(w), ls, chain.ctas))
-                ls.bias = self._param(f"{link.op.name}.b{i}", self._host(b))
+                s.w = self._param(f"{name}.w{i}", pack_weight(self._host(w), s))
+            s.bias = self._param(f"{name}.b{i}", pack_bias(self._host(b), s))
+        self.ops.append(op)
 
     @staticmethod
     def _conv_seg(out: Buf, rows: int, cin: int, k: int, l_out: int, ltot: int | None = None, **kw: int
@@ -218,33 +188,19 @@ class _Builder:
         proj = m.final_conv[1]
         seg = Segment(D, d0, 1, Buf("out"), ob=T * D, oc=1, ol=D, l_out=L)
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
-        chains = [plan_chain(self.ops, i, j, self.chain_ctas) for i, j in find_chains(self.ops, B, self.chain_ctas)]
-        chained = {id(op) for c in chains for op in c.ops}
-        for op, weights in zip(self.ops, self.weights, strict=True):
-            if id(op) not in chained:
-                self._pack(op, weights)
-        for c in chains:
-            self._pack_chain(c)
-        link_stats(self.ops, self.work, chained)
-        prog = Program(self.ops, self.params, self.work, B, T, self.form, self.F, chains)
-        mark_early(self.ops, prog.units(), chains)
-        return prog
+        link_stats(self.ops, self.work)
+        mark_early(self.ops)
+        return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
 
 
-def mark_early(ops: list[Op], units: list[tuple[str, int]] | None = None, chains: list[Chain] = ()) -> None:
-    """Flag what each op may read before its dependency wait. A launch releases its dependents only after its own
-    wait, so when launch u starts, every launch before u - 1 has finished: buffers they wrote, inputs written
-    before the forward and parameters are safe to read; the previous launch's outputs are not (a chain is one
-    launch; its own ops read nothing early)."""
-    unit = list(range(len(ops)))
-    for u, (kind, k) in enumerate(units or []):
-        first = k if kind == "op" else chains[k].first
-        n = 1 if kind == "op" else len(chains[k].links)
-        unit[first:first + n] = [u] * n
+def mark_early(ops: list[Op]) -> None:
+    """Flag what each op may read before its dependency wait. An op releases its dependents only after its own
+    wait, so when op j starts, every op before j - 1 has finished: buffers they wrote, inputs written before the
+    forward and parameters are safe to read; the previous op's outputs are not."""
     producer: dict[str, int] = {}
 
     def old(buf: Buf | None, j: int) -> bool:
-        return buf is None or producer.get(buf.name, -1) <= unit[j] - 2
+        return buf is None or producer.get(buf.name, -1) <= j - 2
 
     for j, op in enumerate(ops):
         for s in op.srcs:
@@ -252,17 +208,16 @@ def mark_early(ops: list[Op], units: list[tuple[str, int]] | None = None, chains
             s.res_early = int(j >= 1 and s.res is not None and old(s.res, j))
             s.coef_early = int(j >= 1 and old(s.film_a, j) and old(s.film_b, j))
         for seg in op.segs:
-            producer[seg.out.name] = unit[j]
+            producer[seg.out.name] = j
         if op.mat is not None:
-            producer[op.mat.name] = unit[j]
+            producer[op.mat.name] = j
 
 
-def build_program(model: ConditionalUnet1D, batch: int, horizon: int, form: str = "step", sms: int = SMS,
-                  chain_ctas: int = _chain.CTAS) -> Program:
-    """The op program of one forward of `model` at (batch, horizon), weights packed (fp32, CPU); runs of small ops
-    as chains of `chain_ctas` CTAs (0: every op a grid of its own)."""
+def build_program(model: ConditionalUnet1D, batch: int, horizon: int, form: str = "step", sms: int = SMS
+                  ) -> Program:
+    """The op program of one forward of `model` at (batch, horizon), weights packed (fp32, CPU)."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if form == "plain" and batch > 32:
         raise ValueError(f"the plain form folds the batch into the FiLM linears' length: batch {batch} > 32")
-    return _Builder(model, batch, horizon, form, sms, chain_ctas).build()
+    return _Builder(model, batch, horizon, form, sms).build()
