@@ -131,11 +131,45 @@ def test_groupnorm_partials_of_16_outputs_are_the_model(session):
 
 
 @pytest.mark.parametrize("form", ["plain", "step"])
+def test_bf16_weights_are_the_bf16_model(session, form):
+    """A bf16 net's program: its SIMT segments (riders included) hold bf16 weights, two per fp32 slot, the tensor-core
+    ones fp32; emulated, it computes the float64 model of the same bf16 weights. With each pair's halves swapped
+    (the kernel reading element 2i + 1 for 2i), it does not."""
+    cfg = smoke_configs(session)["tiny_k3"]
+    model = M.build(cfg, 4).to(torch.bfloat16)
+    ref = M.build(cfg, 4).double()
+    ref.load_state_dict({k: v.double() for k, v in model.state_dict().items()})
+    g = torch.Generator().manual_seed(1)
+    x, gc, t = torch.randn(1, 8, cfg.input_dim, generator=g), torch.randn(1, cfg.global_cond_dim, generator=g), \
+        torch.tensor([17])
+    with torch.no_grad():
+        want = ref(x.double(), t.double(), gc.double())
+    io = {"sample": x, "t": t}
+    if form == "plain":
+        io["global_cond"] = gc
+    else:
+        io["obs"], io["table"] = FILM.observe(ref, gc.double(), 1), FILM.step_table(ref, 100).double()
+    prog = P.build_program(model, 1, 8, form, sms=3)
+    segs = [s for op in prog.ops for s in op.segs]
+    assert prog.wbf16 and any(s.rider and s.wbf16 for s in segs)
+    assert all(s.wbf16 == bool(s.simt or s.rider) for s in segs) and any(not s.simt for s in segs)
+    a = next(s for s in segs if s.wbf16 and not s.rider)
+    packed = prog.params.parts[list(prog.params.offsets).index(a.w.name)][1]
+    assert packed.dtype == torch.float32 and packed.numel() == a.ncta * a.nstages * a.stage_elems // 2
+    limit = 1e-12 if form == "plain" else 1e-6  # the step table is stored in float32
+    assert float((E.emulate(prog, io) - want).abs().max()) <= limit * max(float(want.abs().max()), 1.0)
+    pairs = packed.view(torch.bfloat16).view(-1, 2)
+    pairs.copy_(pairs.flip(1))
+    assert float((E.emulate(prog, io) - want).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("wdtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("form", ["plain", "step"])
 @pytest.mark.parametrize("batch", [1, 8])
 @pytest.mark.parametrize("name", ["blog", "pusht_image"])
-def test_plans_respect_the_kernel(session, name, batch, form):
+def test_plans_respect_the_kernel(session, name, batch, form, wdtype):
     case = session.find_case("unet1d", f"{name}_b1_step", "pusht")
-    prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)), batch, 16, form)
+    prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)).to(wdtype), batch, 16, form)
     produced: dict[str, int] = {}
     for j, op in enumerate(prog.ops):
         assert op.smem_bytes == PLAN.smem_bytes(op) <= PLAN.SMEM_MAX
@@ -149,7 +183,9 @@ def test_plans_respect_the_kernel(session, name, batch, form):
             assert s.rc == 8 * s.nb or (s.simt and s.rc % 2 == 0 and s.nb == -(-s.rc // 8)), (op.name, s.rc)
             assert bool(s.simt) == PLAN.simt_fits(op, s)
             assert s.ncta * s.rc >= s.rows and s.nstages * s.cb >= s.cin and s.cb % 8 == 0
-            assert (s.stage_floats * 4) % 16 == 0, "bulk copies move multiples of 16 bytes"
+            assert s.stage_bytes % 16 == 0, "bulk copies move multiples of 16 bytes"
+            # a bf16 net's weights are bf16 where the SIMT form reads them, fp32 where tensor cores do
+            assert s.wbf16 == int(wdtype == torch.bfloat16 and bool(s.simt or s.rider)), (op.name, s.wbf16)
         for s in op.srcs:  # nothing the previous op wrote is read before the dependency wait
             for buf, flag in ((s.raw, s.early), (s.res, s.res_early), (s.film_a, s.coef_early)):
                 if flag and buf is not None:
@@ -182,7 +218,7 @@ def test_weight_packing_is_the_kernels_layout(simt):
                      ncta=1, nb=1, simt=simt)
     w = torch.arange(7 * 13 * 3, dtype=torch.float64).reshape(7, 13, 3) + 1
     flat = PACK.pack_weight(w, s)
-    stage = s.stage_floats
+    stage = s.stage_elems
     for row, ci, t in [(0, 0, 0), (6, 12, 2), (3, 9, 1), (5, 4, 2)]:
         st, c = divmod(ci, s.cb)
         if simt:
@@ -211,11 +247,12 @@ def test_library_and_planner_agree(session, library):
     lib.dpk_unet1d_struct_sizes(*sizes)
     assert [s.value for s in sizes] == [ctypes.sizeof(L.CSource), ctypes.sizeof(L.CSegment), ctypes.sizeof(L.COp)]
     case = session.find_case("unet1d", "pusht_image_b1_plain", "pusht")
-    for batch in (1, 8):  # B = 1 has riders (a carrier's reduction holds its rider's sums too)
-        prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)), batch, 16, "plain")
+    for batch, wdtype in ((1, torch.float32), (8, torch.float32), (1, torch.bfloat16)):
+        # B = 1 has riders (a carrier's reduction holds its rider's sums too); bf16 weights halve SIMT stages
+        prog = P.build_program(meta_model(M.UNetConfig.from_params(case.p)).to(wdtype), batch, 16, "plain")
         for op in prog.ops:  # addresses play no part in the carve
             c = L.c_op(op, lambda buf: None)
-            assert lib.dpk_unet1d_smem_bytes(ctypes.byref(c)) == op.smem_bytes, (batch, op.name)
+            assert lib.dpk_unet1d_smem_bytes(ctypes.byref(c)) == op.smem_bytes, (batch, wdtype, op.name)
 
 
 def test_step_form_is_the_plain_forward():

@@ -97,7 +97,10 @@ def _weights(mem: Memory, op: Op) -> list[torch.Tensor]:
         if s.rider:
             out[0], W = out[0][:, :, :-1], out[0][:, :, -1:]
         else:
-            W = unpack_weight(mem.flat(s.w)[:s.ncta * s.nstages * s.stage_floats], s)
+            n = s.ncta * s.nstages * s.stage_elems
+            flat = mem.flat(s.w)
+            # bf16 weights: pairs in fp32 slots, read as the kernel reads them (element 2i in slot i's low half)
+            W = unpack_weight(flat[: n // 2].view(torch.bfloat16) if s.wbf16 else flat[:n], s)
         out.append(W)
     return out
 
@@ -137,7 +140,7 @@ def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
 
 def emulate(program: Program, io: dict[str, torch.Tensor], dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Run every op on the CPU in `dtype`; io: sample, t and global_cond (plain) or obs and table (step)."""
-    params = program.params.materialize(dtype, torch.device("cpu"))
+    params = program.params.materialize(torch.float32, torch.device("cpu"))  # as on the device (bf16 pairs)
     work = torch.zeros(program.work.size, dtype=dtype)
     out = torch.zeros(program.batch, program.horizon, io["sample"].shape[-1], dtype=dtype)
     io = {k: (v.to(dtype) if v.is_floating_point() else v).cpu() for k, v in io.items()} | {"out": out}

@@ -46,7 +46,7 @@ class CSource(ctypes.Structure):
 class CSegment(ctypes.Structure):
     _fields_ = [("w", P), ("bias", P), ("out", P), ("ob", I64), ("oc", I64), ("ol", I64)] + [
         (n, I32) for n in ("rows", "k", "pad", "stride", "ostep", "ophase", "l_out", "rc", "cb", "nstages",
-                           "cta0", "ncta", "nb", "simt")]
+                           "cta0", "ncta", "nb", "simt", "wbf16")]
 
 
 class COp(ctypes.Structure):
@@ -112,7 +112,7 @@ def _source(s: Source, r: Resolver) -> CSource:
 
 def _segment(s: Segment, r: Resolver) -> CSegment:
     return CSegment(r(s.w), r(s.bias), r(s.out), s.ob, s.oc, s.ol, s.rows, s.k, s.pad, s.stride, s.ostep,
-                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb, s.simt)
+                    s.ophase, s.l_out, s.rc, s.cb, s.nstages, s.cta0, s.ncta, s.nb, s.simt, s.wbf16)
 
 
 def c_op(op: Op, r: Resolver) -> COp:
@@ -142,7 +142,7 @@ class Compiled:
         self.ranges = [Ranges(op.name) for op in program.ops]
 
     def resident_bytes(self) -> int:
-        extra = sum(e["out"].numel() * 4 for e in self.entries.values())
+        extra = sum(t.numel() * t.element_size() for e in self.entries.values() for t in e["buffers"])
         return (self.params.numel() + self.work.numel()) * 4 + extra
 
     def _entry(self, io: dict[str, torch.Tensor]) -> dict:
@@ -151,10 +151,16 @@ class Compiled:
         if e is None:
             p = self.program
             out = torch.empty(p.batch, p.horizon, io["sample"].shape[-1], device=self.device)
-            r = Resolver(p, self.params, self.work, io | {"out": out} | ({"table": self.table} if
-                                                                          self.table is not None else {}))
+            # the kernel reads and writes fp32 activations: bf16 inputs are widened into buffers of this entry
+            # (copies that a graph captures with the launches), the output narrowed into one
+            staged = {k: torch.empty(v.shape, device=self.device) for k, v in io.items()
+                      if v.dtype == torch.bfloat16}
+            out_io = out if io["sample"].dtype == torch.float32 else torch.empty_like(out, dtype=io["sample"].dtype)
+            r = Resolver(p, self.params, self.work, io | staged | {"out": out} | (
+                {"table": self.table} if self.table is not None else {}))
             ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
-            e = {"out": out, "ops": ops, "io": dict(io), "graph": None}
+            e = {"out": out, "out_io": out_io, "staged": staged, "ops": ops, "io": dict(io), "graph": None,
+                 "buffers": [out, *staged.values()] + ([out_io] if out_io is not out else [])}
             self.entries[key] = e
             while len(self.entries) > CACHE:
                 self.entries.popitem(last=False)
@@ -166,11 +172,15 @@ class Compiled:
         lib, e = library(), self._entry(io)
         stream = P(torch.cuda.current_stream(self.device).cuda_stream)
         size = ctypes.sizeof(COp)
+        for k, t in e["staged"].items():
+            t.copy_(e["io"][k])
         for i, rng in enumerate(self.ranges):
             with rng if ranges else _NULL:
                 _check(lib, lib.dpk_unet1d_launch(ctypes.cast(ctypes.addressof(e["ops"]) + i * size,
                                                               ctypes.POINTER(COp)), 1, stream, PDL))
-        return e["out"]
+        if e["out_io"] is not e["out"]:
+            e["out_io"].copy_(e["out"])
+        return e["out_io"]
 
     def phase_trace(self, io: dict[str, torch.Tensor]) -> list[dict]:
         """One forward with %globaltimer marks in every CTA: per op, the median over its CTAs of each phase's end
@@ -211,7 +221,7 @@ class Compiled:
         if e["graph"] is None:
             e["graph"], _ = graph_of(lambda: self.launch(io, ranges=False), self.device, warmup=1)
         e["graph"].replay()
-        return e["out"]
+        return e["out_io"]
 
 
 class _Null:
@@ -229,8 +239,8 @@ def compiled_program(call: Call, batch: int, horizon: int) -> Compiled:
     """The packed program of (net, batch, horizon, form) on the net's device, built once."""
     def make() -> Compiled:
         module = call.net.module
-        if module.parameters().__next__().dtype != torch.float32:
-            raise dpk.Unavailable("the kernels path runs fp32 weights only")
+        if module.parameters().__next__().dtype not in (torch.float32, torch.bfloat16):
+            raise dpk.Unavailable("the kernels path runs fp32 or bf16 weights only")
         try:
             program = build_program(module, batch, horizon, call.form,
                                     sms=torch.cuda.get_device_properties(call.net.device).multi_processor_count)

@@ -93,6 +93,7 @@ class Segment:
     simt: int = 0  # 1: fp32 FMAs on CUDA cores (unet1d.h UnetSegment::simt), weights packed for them; 2: that,
     #                and the CTAs also compute the op's segment 1 (a 1x1 conv of the same X) from tap k
     rider: int = 0  # 1: computed by segment 0's CTAs (its simt = 2); no CTAs of its own, no packed weights
+    wbf16: int = 0  # 1: packed weights in bf16 (SIMT segments of a bf16 net: unet1d.h UnetSegment::wbf16)
 
     @property
     def weight_bytes(self) -> int:
@@ -104,8 +105,12 @@ class Segment:
         return self.k + (self.simt == 2)
 
     @property
-    def stage_floats(self) -> int:
+    def stage_elems(self) -> int:
         return self.rc * self.cb * self.taps
+
+    @property
+    def stage_bytes(self) -> int:
+        return self.stage_elems * (2 if self.wbf16 else 4)
 
 
 @dataclass
@@ -148,18 +153,18 @@ def _align128(n: int) -> int:
 
 def smem_bytes(op: Op) -> int:
     """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
-    stage = max(s.stage_floats * 4 for s in op.segs)
+    stage = max(s.stage_bytes for s in op.segs)
     red = max(s.rc * s.l_out * (2 if s.simt == 2 else 1) for s in op.segs)
     total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((op.threads // 32) * red * 4)
     total += _align128(op.coef * 16) + _align128(op.ring * stage) + _align128(op.cin_pad * op.l_in * 4)
     return total
 
 
-def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int) -> int:
+def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int, wbytes: int = 4) -> int:
     """cb: a multiple of 8 (one MMA channel block) near `stage_target` bytes per stage, preferring padding under
     1/128 of cin, then channel blocks in multiples of the warps (each warp takes blocks), then the least padding,
     then the target."""
-    target = max(8 * warps, stage_target // (rc * k * 4) // 8 * 8)
+    target = max(8 * warps, stage_target // (rc * k * wbytes) // 8 * 8)
     if cin <= target:
         return -(-cin // 8) * 8
     best = None
@@ -173,7 +178,7 @@ def _channels_per_stage(cin: int, rc: int, k: int, stage_target: int, warps: int
     return best[1]
 
 
-def plan_op(op: Op, sms: int = SMS) -> None:
+def plan_op(op: Op, sms: int = SMS, wbf16: bool = False) -> None:
     """Fill the CTA split, stages, ring, shared memory and grid of `op` (segments' rows/cin/k/out set).
 
     Stages are sized so that at least RING_WANT fit beside X and the coefficients within SMEM_BUDGET (two
@@ -182,14 +187,15 @@ def plan_op(op: Op, sms: int = SMS) -> None:
     would run as a second wave after the first has streamed its share: its SIMT rows per CTA are then rounded up
     instead of to the nearest power of two. A block's 1x1 residual conv rides on its first conv's CTAs where
     `rider_fits` (one group of CTAs with the same rows of both, not two groups with unequal shares) and those CTAs
-    still fill 7/8 of the SMs."""
+    still fill 7/8 of the SMs. `wbf16`: SIMT segments take bf16 weights (half the bytes per stage); the others
+    keep fp32 (exact: a bf16 value is a TF32 one)."""
     ride = rider_fits(op)
-    _plan_op(op, sms, round_up=False, ride=ride)
+    _plan_op(op, sms, round_up=False, ride=ride, wbf16=wbf16)
     if ride and (op.segs[0].simt != 2 or op.grid < sms * 7 // 8):  # the carrier runs SIMT, on most SMs
         ride = False
-        _plan_op(op, sms, round_up=False, ride=False)
+        _plan_op(op, sms, round_up=False, ride=False, wbf16=wbf16)
     if op.smem_bytes > SMEM_BUDGET and op.grid > sms and op.batch_grid == 1:
-        _plan_op(op, sms, round_up=True, ride=ride)
+        _plan_op(op, sms, round_up=True, ride=ride, wbf16=wbf16)
 
 
 def rider_fits(op: Op) -> bool:
@@ -202,7 +208,7 @@ def rider_fits(op: Op) -> bool:
             and (r.rows, r.cin, r.l_out) == (a.rows, a.cin, a.l_out))
 
 
-def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
+def _plan_op(op: Op, sms: int, round_up: bool, ride: bool, wbf16: bool) -> None:
     total = sum(s.weight_bytes for s in op.segs)
     lout = max(s.l_out for s in op.segs)
     if any(s.k not in (1, 2, 3, 5) for s in op.segs):
@@ -214,7 +220,7 @@ def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
     op.coef = sum(s.channels for s in op.srcs if s.transformed)
     op.cin_pad, op.ring = op.cin, 0
     for s in op.segs:  # rows per CTA first: the fixed part of the carve depends on them
-        s.simt = s.rider = 0
+        s.simt = s.rider = s.wbf16 = 0
         want = max(1, round(sms * (total if ride else s.weight_bytes) / total))
         per_cta = -(-s.rows // want)
         if op.cols == 8 and simt_shape(s, op.l_in) and op.batch_grid == 1:
@@ -239,6 +245,8 @@ def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
     if ride and op.segs[0].simt:
         a, r = op.segs
         a.simt, r.rider, r.rc, r.nb, r.ncta = 2, 1, a.rc, a.nb, a.ncta
+    for s in op.segs:
+        s.wbf16 = int(wbf16 and (s.simt > 0 or s.rider))  # (a rider's weights are its carrier's)
     fixed = smem_bytes(op) + 4 * 128  # alignment slack of the padded X
     room = SMEM_BUDGET - fixed if SMEM_BUDGET - fixed >= RING_WANT * STAGE_MIN else SMEM_MAX - fixed
     stage_target = max(STAGE_MIN, min(STAGE_TARGET, room // RING_WANT))
@@ -248,11 +256,11 @@ def _plan_op(op: Op, sms: int, round_up: bool, ride: bool) -> None:
             a = op.segs[0]
             s.cb, s.nstages, s.cta0 = a.cb, a.nstages, cta0
             continue
-        s.cb = _channels_per_stage(s.cin, s.rc, s.taps, stage_target, op.threads // 32)
+        s.cb = _channels_per_stage(s.cin, s.rc, s.taps, stage_target, op.threads // 32, 2 if s.wbf16 else 4)
         s.nstages = -(-s.cin // s.cb)
         s.cta0, cta0 = cta0, cta0 + s.ncta
     op.cin_pad = max(s.nstages * s.cb for s in op.segs)
-    stage = max(s.stage_floats * 4 for s in op.segs)
+    stage = max(s.stage_bytes for s in op.segs)
     fixed = smem_bytes(op)
     limit = SMEM_BUDGET if SMEM_BUDGET - fixed >= (RING_WANT - 1) * stage else SMEM_MAX
     op.ring = max(1, min(MAX_RING, max(s.nstages for s in op.segs), (limit - fixed) // stage))

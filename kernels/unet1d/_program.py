@@ -30,25 +30,27 @@ FORMS = ("plain", "step")
 @dataclass
 class Program:
     ops: list[Op]
-    params: Store  # packed weights, biases, GroupNorm affines (one fp32 tensor)
+    params: Store  # packed weights, biases, GroupNorm affines (one fp32 tensor; bf16 weights as pairs)
     work: Store  # activations (one fp32 tensor)
     batch: int
     horizon: int
     form: str
     film_width: int
+    wbf16: bool  # the SIMT segments' weights are bf16 (a bf16 net's; unet1d.h UnetSegment::wbf16)
 
     def conv_bytes(self) -> int:
         return sum(s.weight_bytes for op in self.ops for s in op.segs if not op.name.startswith(("step.", "film")))
 
 
 class _Builder:
-    def __init__(self, model: ConditionalUnet1D, batch: int, horizon: int, form: str, sms: int):
+    def __init__(self, model: ConditionalUnet1D, batch: int, horizon: int, form: str, sms: int, wbf16: bool):
         cfg = model.cfg
         if form not in FORMS:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         if horizon % cfg.horizon_multiple:
             raise ValueError(f"horizon {horizon} is not a multiple of {cfg.horizon_multiple} (2^(levels-1))")
-        self.m, self.cfg, self.B, self.T, self.form, self.sms = model, cfg, batch, horizon, form, sms
+        self.m, self.cfg, self.B, self.T, self.form, self.sms, self.wbf16 = model, cfg, batch, horizon, form, sms, \
+            wbf16
         self.params, self.work, self.ops = Store(), Store(), []
         self.film_slices = iter(model.film_slices())
         self.F = sum(w for _, w in model.film_slices())
@@ -69,12 +71,15 @@ class _Builder:
     def _op(self, name: str, srcs: list[Source], segs: list[tuple[Segment, torch.Tensor, torch.Tensor]],
             l_in: int, batch_grid: int, mat: Buf | None = None) -> None:
         op = Op(name, srcs, [s for s, _, _ in segs], l_in, batch_grid, mat)
-        plan_op(op, self.sms)
+        plan_op(op, self.sms, self.wbf16)
         for i, (s, w, b) in enumerate(segs):
             if s.simt == 2:  # the rider's 1x1 weights as tap k of this segment's
                 w = torch.cat([self._host(w), self._host(segs[i + 1][1])], dim=2)
             if not s.rider:
-                s.w = self._param(f"{name}.w{i}", pack_weight(self._host(w), s))
+                packed = pack_weight(self._host(w), s)
+                if s.wbf16:  # bf16 values (exact: a bf16 net's), two per fp32 slot of the store
+                    packed = packed.to(torch.bfloat16).view(torch.float32)
+                s.w = self.params.add(f"{name}.w{i}", packed)
             s.bias = self._param(f"{name}.b{i}", pack_bias(self._host(b), s))
         self.ops.append(op)
 
@@ -190,7 +195,7 @@ class _Builder:
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
         link_stats(self.ops, self.work)
         mark_early(self.ops)
-        return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
+        return Program(self.ops, self.params, self.work, B, T, self.form, self.F, self.wbf16)
 
 
 def mark_early(ops: list[Op]) -> None:
@@ -215,9 +220,13 @@ def mark_early(ops: list[Op]) -> None:
 
 def build_program(model: ConditionalUnet1D, batch: int, horizon: int, form: str = "step", sms: int = SMS
                   ) -> Program:
-    """The op program of one forward of `model` at (batch, horizon), weights packed (fp32, CPU)."""
+    """The op program of one forward of `model` at (batch, horizon), weights packed on the CPU: fp32, or for a
+    bf16 model bf16 where a segment runs in the SIMT form (the rest widened to fp32 exactly)."""
     if batch < 1:
         raise ValueError(f"batch must be >= 1, got {batch}")
     if form == "plain" and batch > 32:
         raise ValueError(f"the plain form folds the batch into the FiLM linears' length: batch {batch} > 32")
-    return _Builder(model, batch, horizon, form, sms).build()
+    dtype = next(model.parameters()).dtype
+    if dtype not in (torch.float32, torch.bfloat16):
+        raise ValueError(f"the kernels path runs fp32 or bf16 weights, not {dtype}")
+    return _Builder(model, batch, horizon, form, sms, dtype == torch.bfloat16).build()

@@ -1,7 +1,8 @@
 // unet1d.cu: the U-Net's generic layer kernel (unet1d.h: what an op computes) and its C ABI launcher.
 //
-// fp32 storage, fp32-accurate arithmetic (fp32 FMAs or 3xTF32 tensor-core products, fp32 sums). One CTA of T
-// threads (512 for up to 4 row blocks, else 256) per (rc rows of one segment, batch element): it owns rc output
+// fp32 activations (the weights of SIMT segments fp32 or bf16: UnetSegment::wbf16), fp32-accurate arithmetic (fp32
+// FMAs or 3xTF32 tensor-core products, fp32 sums). One CTA of T threads (512 for up to 4 row blocks, else 256) per
+// (rc rows of one segment, batch element): it owns rc output
 // rows of all l_out columns, so there is no cross-CTA reduction; a forward's ~30 ops are grids of up to ~130 CTAs, each
 // under ~110 KB of shared memory where it can, so that two ops' CTAs fit one SM. Per CTA, in order:
 //   1. thread 0 requests the first `ring` stages of its weights (TMA bulk copies, one contiguous stage each,
@@ -47,6 +48,9 @@ __host__ __device__ inline int align128(int bytes) { return (bytes + 127) & ~127
 // taps per (row, channel) of a segment's packed weights: k, and a carrier's (simt = 2) rider's 1x1 tap
 __host__ __device__ inline int taps(const UnetSegment& s) { return s.k + (s.simt == 2 ? 1 : 0); }
 
+// bytes of one stage of a segment's packed weights (rc rows x cb channels x taps, fp32 or bf16)
+__host__ __device__ inline int stage_bytes(const UnetSegment& s) { return s.rc * s.cb * taps(s) * (s.wbf16 ? 2 : 4); }
+
 struct Carve {  // byte offsets of the shared-memory regions (dpk_unet1d_smem_bytes: their total)
     int stats, red, coef, ring, stage_bytes, x, total;
 };
@@ -64,7 +68,7 @@ __host__ __device__ inline Carve carve(const UnetOp& op) {
     c.ring = c.coef + align128(op.coef * 16);
     int stage = 0;
     for (int s = 0; s < op.nseg; ++s) {
-        const int b = op.seg[s].rc * op.seg[s].cb * taps(op.seg[s]) * 4;
+        const int b = stage_bytes(op.seg[s]);
         stage = b > stage ? b : stage;
     }
     c.stage_bytes = stage;
@@ -560,16 +564,17 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
 
 // request stage `st` of this CTA's weights into ring slot `slot` (see UnetOp::copy). Bulk copies: thread 0 only,
 // completing on the slot's mbarrier. cp.async: every thread copies its 16-byte pieces and commits one group.
-__device__ __forceinline__ void issue_stage(const UnetOp& op, const float* wseg, int st, int stage, float* ring,
+// (wseg: the CTA's packed weights, stage: bytes per stage)
+__device__ __forceinline__ void issue_stage(const UnetOp& op, const char* wseg, int st, int stage, float* ring,
                                             int stage_floats, unsigned bars, int slot, const ca::Policy& hint) {
-    const float* src = wseg + static_cast<int64_t>(st) * stage;
-    float* dst = ring + slot * stage_floats;
+    const char* src = wseg + static_cast<int64_t>(st) * stage;
+    char* dst = reinterpret_cast<char*>(ring + slot * stage_floats);
     if (op.copy == 2) {
-        for (int i = 4 * threadIdx.x; i < stage; i += 4 * blockDim.x) ca::copy16(dst + i, src + i, true, hint);
+        for (int i = 16 * threadIdx.x; i < stage; i += 16 * blockDim.x) ca::copy16(dst + i, src + i, true, hint);
         ca::commit();
     } else if (threadIdx.x == 0) {
-        ca::mbar_arrive_expect_tx(bars + 8u * slot, static_cast<unsigned>(stage * 4));
-        ca::bulk_copy_g2s(ca::smem_addr(dst), src, static_cast<unsigned>(stage * 4), bars + 8u * slot,
+        ca::mbar_arrive_expect_tx(bars + 8u * slot, static_cast<unsigned>(stage));
+        ca::bulk_copy_g2s(ca::smem_addr(dst), src, static_cast<unsigned>(stage), bars + 8u * slot,
                           op.copy == 0 ? hint : ca::Policy{0, 0});
     }
 }
@@ -611,7 +616,7 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // after stage st's work (traced: mark stage 1's, thread 0's warp): the slot's reads precede the copy engine's next
 // write (proxy fence), every warp is done with it (barrier), thread 0 requests stage st + ring into it; then the
 // next slot and its barrier's parity
-__device__ __forceinline__ void release_slot(const UnetOp& op, const float* wseg, int st, int nstages, int stage,
+__device__ __forceinline__ void release_slot(const UnetOp& op, const char* wseg, int st, int nstages, int stage,
                                              float* ring, int stage_floats, unsigned bars, int& slot, unsigned& parity,
                                              const ca::Policy& policy, bool traced) {
     if (traced && st == 1) mark(op, 38);
@@ -678,8 +683,8 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const int L = op.l_in, ncb = cbs / 8;
-    const int stage = rc * cbs * K;  // floats
-    const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
+    const int stage = rc * cbs * K * 4;  // bytes (fp32 weights: the plan keeps bf16 to the SIMT form)
+    const char* wseg = reinterpret_cast<const char*>(seg.w) + static_cast<int64_t>(c) * nstages * stage;
     // per A element: its offset in the channel block's rows at tap 0 (tap t adds t) and, bit t, whether tap t
     // reads a real column (else a zero): two registers per element, not one per tap (the compiler rebuilt those
     // from constant loads at every tap)
@@ -775,17 +780,19 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 // (tap, column) products that read real columns (compile-time), into 2 LO accumulators. Exact fp32 products.
 // RIDE (simt = 2): tap K of the packed weights is segment 1's 1x1 conv (the block's residual conv) of the same rows,
 // summed into 2 LO more accumulators from the X row already in registers: one group of CTAs streams both.
+// WB (wbf16): the weights arrive as bf16 pairs (half the bytes per stage), each widened exactly to fp32 (a shift or a
+// mask of its 32-bit word), so the products and sums are the fp32 form's.
 // Versus run_segment: ~4x fewer instructions per weight at LO = 4 (no fragment assembly, no splits, no padded
 // tile rows); the warps' sums meet in the same reduction buffer (a rider's after the carrier's).
-template <int T, int LO, int K, bool RIDE>
+template <int T, int LO, int K, bool RIDE, bool WB>
 __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
                                  int stage_floats, unsigned bars, float* red) {
     constexpr int RPT = 2, PAD = K / 2, KW = K + (RIDE ? 1 : 0), NACC = RPT * LO * (RIDE ? 2 : 1);
     const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = T * RPT / rc;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / tg, i = tid - grp * tg;
     const ca::Policy policy = ca::make_policy(1);
-    const int stage = rc * cbs * KW;  // floats
-    const float* wseg = seg.w + static_cast<int64_t>(c) * nstages * stage;
+    const int stage = rc * cbs * KW * (WB ? 2 : 4);  // bytes
+    const char* wseg = reinterpret_cast<const char*>(seg.w) + static_cast<int64_t>(c) * nstages * stage;
     float acc[NACC];  // [segment][row][column]
 #pragma unroll
     for (int e = 0; e < NACC; ++e) acc[e] = 0.0f;
@@ -794,7 +801,9 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
         wait_stage(op, st, nstages, bars, slot, parity, traced);
-        const float2* wg = reinterpret_cast<const float2*>(ring + slot * stage_floats + grp * cbs * RPT * KW);
+        const float* wst = ring + slot * stage_floats;
+        const float2* wg = reinterpret_cast<const float2*>(wst + grp * cbs * RPT * KW);
+        const uint32_t* wh = reinterpret_cast<const uint32_t*>(wst) + grp * cbs * RPT * KW / 2;  // WB: bf16 pairs
         const float4* xs = reinterpret_cast<const float4*>(X + st * cbs * LO);
         for (int ch = i; ch < cbs; ch += tg) {
             float x[LO], w[RPT * KW];
@@ -808,9 +817,15 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
             }
 #pragma unroll
             for (int u = 0; u < RPT * KW / 2; ++u) {
-                const float2 p = wg[ch * (RPT * KW / 2) + u];
-                w[2 * u] = p.x;
-                w[2 * u + 1] = p.y;
+                if constexpr (WB) {  // element 2u in the low half (little-endian pairs)
+                    const uint32_t p = wh[ch * (RPT * KW / 2) + u];
+                    w[2 * u] = __uint_as_float(p << 16);
+                    w[2 * u + 1] = __uint_as_float(p & 0xffff0000u);
+                } else {
+                    const float2 p = wg[ch * (RPT * KW / 2) + u];
+                    w[2 * u] = p.x;
+                    w[2 * u + 1] = p.y;
+                }
             }
 #pragma unroll
             for (int r = 0; r < RPT; ++r) {
@@ -849,6 +864,33 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     if constexpr (RIDE) store_segment<T>(op, op.seg[1], c, b, red + kWarps * rc * LO, true);
 }
 
+// the SIMT stage loop of a segment's (columns, taps): compile-time, one copy per supported pair
+template <int T, bool WB>
+__device__ __forceinline__ void simt_plain(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
+                                           float* ring, int stage_floats, unsigned bars, float* red) {
+    switch (sg.l_out * 8 + sg.k) {
+        case 33: run_segment_simt<T, 4, 1, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 35: run_segment_simt<T, 4, 3, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 37: run_segment_simt<T, 4, 5, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 65: run_segment_simt<T, 8, 1, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 67: run_segment_simt<T, 8, 3, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 69: run_segment_simt<T, 8, 5, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        default: __trap();
+    }
+}
+
+template <int T, bool WB>
+__device__ __forceinline__ void simt_carrier(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
+                                             float* ring, int stage_floats, unsigned bars, float* red) {
+    switch (sg.l_out * 8 + sg.k) {
+        case 35: run_segment_simt<T, 4, 3, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 37: run_segment_simt<T, 4, 5, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 67: run_segment_simt<T, 8, 3, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        case 69: run_segment_simt<T, 8, 5, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
+        default: __trap();
+    }
+}
+
 // MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
 // leaves its SM to it alone anyway)
 template <int COLS, int NBMAX, int T, int MINB>
@@ -867,8 +909,8 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     const int si = (op.nseg > 1 && cta >= op.seg[1].cta0) ? 1 : 0;
     const UnetSegment& sg = op.seg[si];
     const int c = cta - sg.cta0;
-    const int stage = sg.rc * sg.cb * taps(sg);
-    const float* wseg = sg.w + static_cast<int64_t>(c) * sg.nstages * stage;
+    const int stage = stage_bytes(sg);
+    const char* wseg = reinterpret_cast<const char*>(sg.w) + static_cast<int64_t>(c) * sg.nstages * stage;
 
     mark(op, 0);
     // 1. weights first: they do not depend on the previous op
@@ -906,21 +948,15 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
         prologue<T>(op, b, cta, op.grid / op.batch_grid, X, stats, coef, red, (cv.coef - cv.red) / 4, rpre, rsrc);
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     if constexpr (COLS == 8 && T == 512) {
-        if (sg.simt) {  // the plan admits l_out 4 or 8 and K 1, 3 or 5 (_plan.simt_fits)
-            // the plan admits a carrier (simt 2) for K 3 or 5 only
-            switch ((sg.simt == 2 ? 128 : 0) + sg.l_out * 8 + sg.k) {
-                case 33: run_segment_simt<T, 4, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 35: run_segment_simt<T, 4, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 37: run_segment_simt<T, 4, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 65: run_segment_simt<T, 8, 1, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 67: run_segment_simt<T, 8, 3, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 69: run_segment_simt<T, 8, 5, false>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 163: run_segment_simt<T, 4, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 165: run_segment_simt<T, 4, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 195: run_segment_simt<T, 8, 3, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                case 197: run_segment_simt<T, 8, 5, true>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-                default: __trap();
+        if (sg.simt) {  // the plan admits l_out 4 or 8, K 1, 3 or 5 (a carrier: 3 or 5) (_plan.simt_fits)
+            if (sg.wbf16) {
+                if (sg.simt == 2) simt_carrier<T, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
+                else simt_plain<T, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
+            } else {
+                if (sg.simt == 2) simt_carrier<T, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
+                else simt_plain<T, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
             }
+            return;
         }
     }
     switch (sg.k) {

@@ -49,6 +49,8 @@ typedef struct {
                             // 2 (segment 0 only): as 1, and its CTAs also compute segment 1 (a 1x1 conv of the
                             // same X, rows and columns: the rider, its cta0 past the grid, no weights of its own)
                             // from tap k of these weights (k + 1 taps per row and channel)
+    int32_t wbf16;          // 1 (SIMT segments only): the packed weights are bf16 (w points at their pairs, the low
+                            // half first), widened exactly to fp32 in the stage loop; 0: fp32
 } UnetSegment;
 
 typedef struct {
