@@ -1,4 +1,5 @@
-"""kernels, kernels_graph: one forward as ~30 launches of unet1d.cu's layer kernel (fp32).
+"""kernels, kernels_graph: one forward as ~30 launches of unet1d.cu's layer kernel (fp32 activations; a bf16 net's
+weights stay bf16 where the SIMT form reads them, its input and output are widened and narrowed in the graph).
 
 The program (_program.py) fuses each Conv1dBlock's GroupNorm, Mish, FiLM and residual add into the next
 conv's prologue, holds a block's 1x1 residual conv in its first conv's launch and both phases of the
@@ -20,6 +21,7 @@ from ._launch import compiled_program
 from ._net import Call
 
 NEEDS = ("cuda", "nvcc", "sm90")
+DTYPES = ("float32", "bfloat16")  # bf16: a bf16 net's weights and I/O; activations and sums stay fp32 inside
 
 
 def _io(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor, call: Call,
@@ -44,7 +46,7 @@ def _info(*inputs: object) -> dict:
     return {"resident_mb": prog.resident_bytes() / 1e6, "prepare_s": call.net.prepare_s.get(key, float("nan"))}
 
 
-@dpk.variant("unet1d", "kernels", needs=NEEDS, compute="float32", info=_info)
+@dpk.variant("unet1d", "kernels", needs=NEEDS, dtypes=DTYPES, compute="float32", info=_info)
 def kernels(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
             call: Call) -> torch.Tensor:
     """The project's layer kernel, ~30 launches with PDL, one NVTX range per layer."""
@@ -52,7 +54,7 @@ def kernels(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Ten
     return compiled_program(call, sample.shape[0], sample.shape[1]).launch(io)
 
 
-@dpk.variant("unet1d", "kernels_graph", needs=NEEDS, compute="float32", graph=False, info=_info)
+@dpk.variant("unet1d", "kernels_graph", needs=NEEDS, dtypes=DTYPES, compute="float32", graph=False, info=_info)
 def kernels_graph(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor,
                   call: Call) -> torch.Tensor:
     """`kernels` captured once into one CUDA graph (PDL edges kept) and replayed."""
