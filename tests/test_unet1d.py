@@ -371,3 +371,17 @@ def test_floor_is_the_streamed_weights(session):
     case = session.find_case("unet1d", "blog_b1_step", "pusht")
     assert REF.work(case).bytes == 4 * 60_999_938
     assert math.isclose(REF.work(case).bytes / 4.22e12 * 1e6, 57.8, abs_tol=0.1)  # unet-anchors: 57.9 us
+
+
+def test_compiled_variants_are_not_sent_to_eager_by_the_recompile_limit(session):
+    """Each (config, form, dtype) compiles the module's shared code objects again: a run of more than 8 cases must not
+    exhaust torch's per-code-object limit (past it, torch.compile runs the rest eager without a word)."""
+    dyn = torch._dynamo.config
+    saved = dyn.recompile_limit, dyn.accumulated_recompile_limit
+    try:
+        dyn.recompile_limit, dyn.accumulated_recompile_limit = 8, 256
+        NET.compile_reduce_overhead(lambda x: x + 1)
+        cases = session.cases("unet1d", "pusht")
+        assert dyn.recompile_limit >= len(cases) * 2 and dyn.accumulated_recompile_limit >= dyn.recompile_limit
+    finally:
+        dyn.recompile_limit, dyn.accumulated_recompile_limit = saved

@@ -23,6 +23,7 @@ from dpk.nvtx import Ranges
 
 from ..denoise._noise import generator
 from ..denoise._steps import fused_step, scheduler_for
+from ..unet1d._net import compile_reduce_overhead
 from ._checks import check_inputs
 from ._chunk import Chunk, capture, condition, copy_in, static_copies
 from ._stages import Probe, probe, stages
@@ -86,7 +87,7 @@ def _compiled(chunk: Chunk) -> dict:
 
     def forward(x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
         return module(x, t, global_cond=cond)
-    return {"fn": torch.compile(forward, mode="reduce-overhead")}
+    return {"fn": compile_reduce_overhead(forward)}
 
 
 def _compiled_key(noise: torch.Tensor) -> tuple:

@@ -150,6 +150,19 @@ def get_net(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype)
     return net
 
 
+RECOMPILE_LIMIT = 64  # compiled graphs per code object (torch's default: 8)
+
+
+def compile_reduce_overhead(fn: Callable) -> Callable:
+    """torch.compile(fn, mode="reduce-overhead"), as LeRobot's compile_model. Every net (config, form, dtype) compiles
+    the module's shared code objects again: past torch's default of 8 graphs per code object, later cases of one
+    process would run eager without a word, so the limit is raised."""
+    cfg = torch._dynamo.config
+    cfg.recompile_limit = max(cfg.recompile_limit, RECOMPILE_LIMIT)
+    cfg.accumulated_recompile_limit = max(cfg.accumulated_recompile_limit, 16 * RECOMPILE_LIMIT)
+    return torch.compile(fn, mode="reduce-overhead")
+
+
 def conv_bytes(cfg: UNetConfig, dtype: torch.dtype) -> int:
     """Bytes of every parameter a step-form forward streams (convs, biases, GroupNorm affines)."""
     with torch.device("meta"):

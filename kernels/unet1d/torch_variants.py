@@ -19,7 +19,7 @@ import dpk
 from dpk.timing_aids import graph_of
 
 from ._checks import check_inputs
-from ._net import Call
+from ._net import Call, compile_reduce_overhead
 
 TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 DTYPES = ("float32", "bfloat16")
@@ -78,7 +78,7 @@ def _compiled(call: Call) -> dict:
                 ) -> torch.Tensor:
         with torch.no_grad():
             return Call(net, form, num_t).torch_forward(module, sample, timestep, global_cond, obs)
-    return {"fn": torch.compile(forward, mode="reduce-overhead")}
+    return {"fn": compile_reduce_overhead(forward)}
 
 
 @dpk.variant("unet1d", "compiled", needs=("cuda", "triton"), compute=TORCH_COMPUTE, dtypes=DTYPES, graph=False,
