@@ -864,31 +864,21 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     if constexpr (RIDE) store_segment<T>(op, op.seg[1], c, b, red + kWarps * rc * LO, true);
 }
 
-// the SIMT stage loop of a segment's (columns, taps): compile-time, one copy per supported pair
-template <int T, bool WB>
-__device__ __forceinline__ void simt_plain(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
-                                           float* ring, int stage_floats, unsigned bars, float* red) {
-    switch (sg.l_out * 8 + sg.k) {
-        case 33: run_segment_simt<T, 4, 1, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 35: run_segment_simt<T, 4, 3, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 37: run_segment_simt<T, 4, 5, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 65: run_segment_simt<T, 8, 1, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 67: run_segment_simt<T, 8, 3, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 69: run_segment_simt<T, 8, 5, false, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        default: __trap();
+// the SIMT stage loop of a segment's (columns, taps): compile-time, one copy per supported pair (a carrier's RIDE:
+// taps 3 or 5 only, the plan admits no 1x1 carrier)
+template <int T, bool RIDE, bool WB>
+__device__ __forceinline__ void run_simt(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
+                                         float* ring, int stage_floats, unsigned bars, float* red) {
+    const int key = sg.l_out * 8 + sg.k;
+    if constexpr (!RIDE) {
+        if (key == 33) return run_segment_simt<T, 4, 1, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+        if (key == 65) return run_segment_simt<T, 8, 1, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
     }
-}
-
-template <int T, bool WB>
-__device__ __forceinline__ void simt_carrier(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
-                                             float* ring, int stage_floats, unsigned bars, float* red) {
-    switch (sg.l_out * 8 + sg.k) {
-        case 35: run_segment_simt<T, 4, 3, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 37: run_segment_simt<T, 4, 5, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 67: run_segment_simt<T, 8, 3, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        case 69: run_segment_simt<T, 8, 5, true, WB>(op, sg, c, b, X, ring, stage_floats, bars, red); return;
-        default: __trap();
-    }
+    if (key == 35) return run_segment_simt<T, 4, 3, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    if (key == 37) return run_segment_simt<T, 4, 5, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    if (key == 67) return run_segment_simt<T, 8, 3, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    if (key == 69) return run_segment_simt<T, 8, 5, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    __trap();
 }
 
 // MINB: CTAs per SM the registers must allow (2: up to 64 registers at 512 threads; 1 for an op whose shared memory
@@ -949,13 +939,10 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     if constexpr (COLS == 8 && T == 512) {
         if (sg.simt) {  // the plan admits l_out 4 or 8, K 1, 3 or 5 (a carrier: 3 or 5) (_plan.simt_fits)
-            if (sg.wbf16) {
-                if (sg.simt == 2) simt_carrier<T, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
-                else simt_plain<T, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
-            } else {
-                if (sg.simt == 2) simt_carrier<T, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
-                else simt_plain<T, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
-            }
+            if (sg.simt == 2 && sg.wbf16) run_simt<T, true, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
+            else if (sg.simt == 2) run_simt<T, true, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
+            else if (sg.wbf16) run_simt<T, false, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
+            else run_simt<T, false, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
             return;
         }
     }
