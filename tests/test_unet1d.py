@@ -120,13 +120,18 @@ def test_a_wrong_program_is_caught_by_the_emulation(session):
 
 def test_groupnorm_partials_of_16_outputs_are_the_model(session):
     """Where a producer's CTAs hold 16 outputs (2 rows at L = 8), its GroupNorm partials cover 16 and the reader
-    combines them as such; read as partials of 8, the statistics and the output go wrong."""
+    combines them as such; read or written as partials of 8, the statistics and the output go wrong."""
     model, io, want = emulation_case(smoke_configs(session)["tiny_k3"], 3, 1, 8, "step")
     prog = P.build_program(model, 1, 8, "step", sms=7)
     readers = [op for op in prog.ops if op.stat_in is not None and op.stat_in_n == 16]
     assert readers, "no op reads partials of 16 outputs"
     assert float((E.emulate(prog, io) - want).abs().max()) <= 1e-6 * max(float(want.abs().max()), 1.0)
     readers[0].stat_in_n = 8
+    assert float((E.emulate(prog, io) - want).abs().max()) > 1e-3
+    readers[0].stat_in_n = 16  # and the writer: its stat_out_n (unet1d.h) is the one count both sides use
+    writer = next(op for op in prog.ops if op.stat_out == readers[0].stat_in)
+    assert writer.stat_out_n == 16 == PLAN.partial_outputs(writer.segs[0])
+    writer.stat_out_n = 8
     assert float((E.emulate(prog, io) - want).abs().max()) > 1e-3
 
 

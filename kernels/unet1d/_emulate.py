@@ -12,7 +12,7 @@ import math
 import torch
 
 from ._pack import unpack_weight
-from ._plan import Buf, Op, Segment, Source, partial_outputs
+from ._plan import Buf, Op, Segment, Source
 from ._program import Program
 
 GN_EPS = 1e-5
@@ -133,7 +133,7 @@ def run_op(mem: Memory, op: Op, dtype: torch.dtype) -> None:
             _segment(mem, s, W, X, b)
         if op.stat_out is not None:  # segment 0's output (B, rows, L): its partials, as the kernel stores them
             g = op.segs[0]
-            n, k = g.rows * g.l_out, partial_outputs(g)
+            n, k = g.rows * g.l_out, op.stat_out_n
             y = mem.flat(g.out)[b * n:(b + 1) * n]
             mem.flat(op.stat_out)[2 * b * n // k:2 * (b + 1) * n // k] = _partials(y, k).reshape(-1).to(y.dtype)
 

@@ -53,7 +53,8 @@ class COp(ctypes.Structure):
     _fields_ = [("src", CSource * 2), ("seg", CSegment * 2), ("mat", P)] + [
         (n, I32) for n in ("nsrc", "nseg", "cin", "cin_pad", "l_in", "cols", "batch_grid", "ring", "coef",
                            "smem_bytes", "grid", "threads")] + [("trace", P), ("copy", I32), ("stat_in_n", I32),
-                                                                     ("stat_out", P), ("stat_in", P)]
+                                                                     ("stat_out", P), ("stat_in", P),
+                                                                     ("stat_out_n", I32)]
 
 
 def library_path() -> Path:
@@ -127,7 +128,7 @@ def c_op(op: Op, r: Resolver) -> COp:
     c.batch_grid, c.ring, c.coef, c.smem_bytes, c.grid, c.threads = op.batch_grid, op.ring, op.coef, \
         op.smem_bytes, op.grid, op.threads
     c.copy = COPY
-    c.stat_out, c.stat_in, c.stat_in_n = r(op.stat_out), r(op.stat_in), op.stat_in_n
+    c.stat_out, c.stat_in, c.stat_in_n, c.stat_out_n = r(op.stat_out), r(op.stat_in), op.stat_in_n, op.stat_out_n
     return c
 
 

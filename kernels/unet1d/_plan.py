@@ -131,7 +131,8 @@ class Op:
     notes: dict = field(default_factory=dict)
     stat_out: Buf | None = None  # segment 0 also writes GroupNorm partials (float2 per partial_outputs) for the next op
     stat_in: Buf | None = None  # source 0's GroupNorm statistics combined from the previous op's partials
-    stat_in_n: int = 0  # outputs per partial of stat_in (its producer's partial_outputs)
+    stat_in_n: int = 0  # outputs per partial of stat_in (its producer's stat_out_n)
+    stat_out_n: int = 0  # outputs per partial of stat_out (partial_outputs of segment 0)
 
     @property
     def cin(self) -> int:
@@ -313,7 +314,7 @@ def link_stats(ops: list[Op], store: Store) -> None:
     for prev, op in itertools.pairwise(ops):
         if partials_fit(prev, op):
             g = prev.segs[0]
-            op.stat_in_n = partial_outputs(g)
+            op.stat_in_n = prev.stat_out_n = partial_outputs(g)
             size = 2 * op.batch_grid * g.rows * g.l_out // op.stat_in_n
             prev.stat_out = op.stat_in = store.add(f"{g.out.name}.stat", size)
 

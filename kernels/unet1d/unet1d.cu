@@ -639,12 +639,12 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
     const float* bias = seg.bias;
     float* out = seg.out + b * seg.ob + seg.ophase * seg.ol;
     const int64_t oc = seg.oc, oj = static_cast<int64_t>(seg.ostep) * seg.ol;
-    // the reader's GroupNorm partials: segment 0 (its CTAs come first), n consecutive outputs each (n: the largest
-    // power of two up to 32 dividing rc * l_out, as _plan.partial_outputs), summed by aligned groups of n lanes;
-    // the loop runs whole warps (lanes past rc * l_out form groups of their own and store nothing)
+    // the reader's GroupNorm partials: segment 0 (its CTAs come first), n = stat_out_n consecutive outputs each (a
+    // power of two up to 32 dividing rc * l_out), summed by aligned groups of n lanes; the loop runs whole warps
+    // (lanes past rc * l_out form groups of their own and store nothing)
     const bool partials = !rider && op.stat_out != nullptr &&
                           (op.nseg == 1 || static_cast<int>(blockIdx.x) / op.batch_grid < op.seg[1].cta0);
-    const int n = min(32, (rc * lo) & -(rc * lo)), nsh = __ffs(n) - 1;
+    const int n = partials ? op.stat_out_n : 1, nsh = __ffs(n) - 1;
     const float inv_n = __int_as_float((127 - nsh) << 23);  // 1 / n exactly
     const int end = partials ? (rc * lo + 31) & ~31 : rc * lo;
     for (int i = tid; i < end; i += T) {

@@ -63,12 +63,13 @@ typedef struct {
     int32_t copy;           // how stages reach shared memory: 0 TMA bulk copy (L2 evict_first), 1 TMA bulk copy
                             // (no hint), 2 cp.async by every thread (16 bytes each, L2 evict_first)
     int32_t stat_in_n;      // outputs per partial of stat_in (its producer's n)
-    float* stat_out;        // nullable: segment 0 also writes, per n consecutive outputs e = (b * rows + co) * l_out
-                            // + j, their mean and sum of squared deviations: stat_out[2 (e / n) + {0, 1}], n the
-                            // largest power of two up to 32 dividing rc * l_out (no partial straddles two CTAs)
+    float* stat_out;        // nullable: segment 0 also writes, per n = stat_out_n consecutive outputs e = (b * rows
+                            // + co) * l_out + j, their mean and sum of squared deviations: stat_out[2 (e / n) + {0, 1}]
     const float* stat_in;   // nullable: source 0's GroupNorm statistics from those partials (its producer's
                             // stat_out), combined instead of summed over X: the statistics pass leaves the op's
                             // critical path (the loads overlap the sources')
+    int32_t stat_out_n;     // outputs per partial of stat_out (_plan.partial_outputs: a power of two up to 32
+                            // dividing rc * l_out, so that no partial straddles two CTAs)
 } UnetOp;
 
 #define UNET_TRACE_POINTS 40  // start, weights requested, dependency met, sources in, statistics, transform done,
