@@ -36,7 +36,6 @@ class Program:
     horizon: int
     form: str
     film_width: int
-    wbf16: bool  # the SIMT segments' weights are bf16 (a bf16 net's; unet1d.h UnetSegment::wbf16)
 
     def conv_bytes(self) -> int:
         return sum(s.weight_bytes for op in self.ops for s in op.segs if not op.name.startswith(("step.", "film")))
@@ -195,7 +194,7 @@ class _Builder:
         self._op("final.proj", [self._gn(raw, m.final_conv[0].block, L)], [(seg, proj.weight, proj.bias)], L, B)
         link_stats(self.ops, self.work)
         mark_early(self.ops)
-        return Program(self.ops, self.params, self.work, B, T, self.form, self.F, self.wbf16)
+        return Program(self.ops, self.params, self.work, B, T, self.form, self.F)
 
 
 def mark_early(ops: list[Op]) -> None:
