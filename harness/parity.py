@@ -143,10 +143,11 @@ def compare(outs: Sequence[torch.Tensor], refs: Sequence[torch.Tensor], tol: Tol
         res.tol_usage = res.rel_err = math.inf
 
 
-def _shape_problems(outs: list[torch.Tensor], refs: list[torch.Tensor], case: Case) -> list[str]:
+def _shape_problems(outs: list[torch.Tensor], refs: list[torch.Tensor], case: Case, out_dtype: str | None
+                    ) -> list[str]:
     if len(outs) != len(refs):
         return [f"returned {len(outs)} tensor(s), the reference returns {len(refs)}"]
-    want = torch_dtype(case.dtype)
+    want = torch_dtype(out_dtype or case.dtype)
     problems = []
     for k, (o, r) in enumerate(zip(outs, refs)):
         if tuple(o.shape) != tuple(r.shape):
@@ -189,7 +190,7 @@ def _call(fam: Family, v: Variant, case: Case, device: torch.device) -> tuple[tu
 
 def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs: list[torch.Tensor],
                 res: ParityResult, deep: bool, other: Variant | None = None) -> None:
-    want = torch_dtype(case.dtype)
+    want = torch_dtype(fam.output_dtype or case.dtype)
     sizes = [r.numel() * torch.empty((), dtype=want).element_size() for r in refs]
     tol = resolve_tolerance(fam, v, case)
 
@@ -199,7 +200,7 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
         out, late = guards.background_work(call, device)
     lazy = guards.lazy_output(out)
     outs = guards.tensors(out)
-    shape_problems = [lazy] if lazy else _shape_problems(outs, refs, case)
+    shape_problems = [lazy] if lazy else _shape_problems(outs, refs, case, fam.output_dtype)
     res.problems += shape_problems + late
     if shape_problems:
         res.status = "fail"

@@ -22,7 +22,7 @@ def load_policy(checkpoint: str | Path | None = None, *, config: dict[str, Any] 
                 scheduler: str | dict[str, Any] | None = None, batch: int = 1, horizon: int | None = None,
                 device: str | torch.device | None = None, variant: str | None = None, verify: bool = True,
                 observation: bool | None = None, pick: str = "measure", candidates: Sequence[str] | None = None,
-                kernels_dirs: list[Path] | None = None) -> Any:
+                dtype: str = "float32", kernels_dirs: list[Path] | None = None) -> Any:
     """A `Policy` (kernels/policy/_runtime.py) for `checkpoint` (any of the unet1d family's three formats) or for
     seeded random weights of `config` (UNetConfig fields).
 
@@ -34,6 +34,8 @@ def load_policy(checkpoint: str | Path | None = None, *, config: dict[str, Any] 
     verify: check the chosen one with the parity engine first (the next fastest where it fails).
     observation: None runs the checkpoint's image encoder when it has one (call with image=, agent_pos=: raw
     observations, normalised with the checkpoint's normaliser), False takes global_cond, True requires the encoder.
+    dtype: "bfloat16" runs the U-Net's weights in bf16 (the kernels keep fp32 activations; the PyTorch variants
+    bf16 ones); observations, conditioning, noise, trajectory and actions stay float32.
     Actions come back in the environment's units when the checkpoint has a normaliser.
     """
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -43,4 +45,5 @@ def load_policy(checkpoint: str | Path | None = None, *, config: dict[str, Any] 
     runtime = importlib.import_module(f"{registry.PLUGIN_PACKAGE}.policy._runtime")
     return runtime.load(reg, None if checkpoint is None else str(checkpoint), config=config,
                         weights_seed=weights_seed, scheduler=scheduler, batch=batch, horizon=horizon, device=dev,
-                        variant=variant, verify=verify, observation=observation, pick=pick, candidates=candidates)
+                        variant=variant, verify=verify, observation=observation, pick=pick, candidates=candidates,
+                        dtype=dtype)

@@ -60,6 +60,7 @@ class Family:
     source: str = ""
     params: tuple[str, ...] = ()  # case parameters a command line may set (`dpk bench --param K=V`)
     latency: bool = False  # every timed row also gets the wall latency of a call (`latency_us`)
+    output_dtype: str | None = None  # the outputs' dtype whatever the case's (None: the case's dtype)
 
 
 @dataclass
@@ -142,17 +143,22 @@ def _caller_source(depth: int = 2) -> str:
 
 
 def family(name: str, *, make_inputs: Callable, tolerance: Callable, work: Callable | None = None,
-           description: str = "", params: Sequence[str] = (), latency: bool = False) -> Callable[[Callable], Callable]:
+           description: str = "", params: Sequence[str] = (), latency: bool = False,
+           output_dtype: str | None = None) -> Callable[[Callable], Callable]:
     """Decorate a family's reference (the float64 oracle) and declare the family around it. `params`: case
     parameters a command line may override for every selected case (e.g. a checkpoint path). `latency`: each
     timed row also gets the wall time from a call to its output on the host (for calls of milliseconds, e.g.
-    a whole action chunk, where what a robot waits for matters beside device time)."""
+    a whole action chunk, where what a robot waits for matters beside device time). `output_dtype`: the dtype
+    every variant returns whatever the case's dtype (e.g. float32 actions from a bf16 net), which parity holds
+    them to; by default the case's dtype."""
     check_name("family", name)
+    if output_dtype is not None and output_dtype not in DTYPES:
+        raise ValueError(f"family {name}: unknown output_dtype {output_dtype!r}")
 
     def deco(ref: Callable) -> Callable:
         doc = description or (inspect.getdoc(ref) or "").split("\n")[0]
         _active[-1].add_family(Family(name, ref, make_inputs, tolerance, work, doc, _caller_source(),
-                                      tuple(params), latency))
+                                      tuple(params), latency, output_dtype))
         return ref
     return deco
 

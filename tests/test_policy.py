@@ -47,8 +47,8 @@ def usage(out: torch.Tensor, ref: torch.Tensor, tol) -> float:
     return float(((out.double() - ref).abs() / (tol.atol + tol.rtol * ref.abs())).max())
 
 
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_k3_b1_ddim16", "tiny_nocond_b1_ddim16_eta05",
-                                  "tiny_k3_b1_ddpm10_devgen"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_k3_b1_ddim16.fp32", "tiny_nocond_b1_ddim16_eta05",
+                                  "tiny_k3_b1_ddpm10_devgen", "tiny_k3_b2_ddpm10.bf16", "tiny_k3_b1_ddim16.bf16"])
 def test_cpu_variants_pass_parity(session, name):
     results = list(session.check(Selection(families=["policy"], cases=[name])))
     got = {r.variant: r.status for r in results}
@@ -56,7 +56,7 @@ def test_cpu_variants_pass_parity(session, name):
     assert {got[v] for v in ("compiled", "graph_loop", "graph_per_step", "kernels_loop")} == {"unavailable"}
 
 
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_nocond_b1_ddim16_eta05", "tiny_k3_b1_ddpm10_devgen"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_nocond_b1_ddim16_eta05", "tiny_k3_b1_ddpm10_devgen"])
 def test_diffusers_draws_exactly_the_predrawn_noise(session, name, monkeypatch):
     """Every draw diffusers makes (the initial trajectory, each step's z) is the stacked noise's row."""
     import diffusers.schedulers.scheduling_ddim as ddim
@@ -101,17 +101,45 @@ def emulated_kernels_loop(inputs: tuple) -> torch.Tensor:
                                  step)
 
 
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_k3_b1_ddim16", "tiny_nocond_b1_ddim16_eta05"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_k3_b1_ddim16.fp32", "tiny_nocond_b1_ddim16_eta05",
+                                  "tiny_k3_b2_ddpm10.bf16", "tiny_k3_b1_ddim16.bf16"])
 def test_kernels_loop_on_emulated_kernels_matches_the_reference(session, name):
+    """On a bf16 net too, within the float32 bound: the kernels' only bf16 numbers are the weights."""
     case, inputs = inputs_of(session, name)
     ref = REF.reference(*inputs)
     got = emulated_kernels_loop(inputs)
+    assert got.dtype == torch.float32
     assert usage(got, ref, REF.tolerance(case, "float32")) <= 1
+
+
+def test_bf16_chunk_is_the_bf16_nets_and_needs_its_bound(session):
+    """A bf16 case runs the bf16 weights (the oracle too); its PyTorch loop (bf16 activations) passes the bf16
+    bound and not the float32 one; broken loops still fail the bf16 bound."""
+    case, inputs = inputs_of(session, "tiny_k3_b2_ddpm10.bf16")
+    global_cond, _, _, noise, chunk = inputs
+    assert chunk.net.dtype == torch.bfloat16 and noise.dtype == torch.float32
+    assert torch.equal(chunk.net.reference_module().final_conv[1].weight,
+                       chunk.net.module.final_conv[1].weight.double())
+    ref = REF.reference(*inputs)
+    loose, tight = REF.tolerance(case, "tf32"), REF.tolerance(case, "float32")
+    assert "bfloat16 activations" in loose.why and tight.atol < loose.atol / 100
+    ts, idx = chunk.timesteps(CPU), chunk.step_indices(CPU)
+    unclipped = dataclasses.replace(chunk.schedule, clip_sample=False)
+
+    def loop(row_shift=1, schedule=chunk.schedule):
+        x = noise[0]
+        with torch.no_grad():
+            for k in range(chunk.steps):
+                x = STEPS.fused_step(chunk.unet(x, ts[k], global_cond), x, noise[k + row_shift], idx[k], schedule)
+        return x
+    assert usage(loop(), ref, loose) <= 1 < usage(loop(), ref, tight)
+    for broken in (loop(row_shift=0), loop(schedule=unclipped)):
+        assert usage(broken, ref, loose) > 1
 
 
 def test_broken_loops_are_caught(session):
     """Off-by-one noise rows, timesteps shifted by one, a missing clip: each fails the float32 tolerance."""
-    case, inputs = inputs_of(session, "tiny_k3_b2_ddpm10")
+    case, inputs = inputs_of(session, "tiny_k3_b2_ddpm10.fp32")
     global_cond, _, _, noise, chunk = inputs
     ref, tol = REF.reference(*inputs), REF.tolerance(case, "float32")
     module, s = chunk.net.module, chunk.schedule
@@ -132,7 +160,7 @@ def test_broken_loops_are_caught(session):
 
 def test_tolerance_follows_the_injected_error(session):
     """The shadow gap scales with the per-step error it injects; DDIM eta 0 in float32 is the tightest."""
-    case, inputs = inputs_of(session, "tiny_k3_b1_ddim16")
+    case, inputs = inputs_of(session, "tiny_k3_b1_ddim16.fp32")
     chunk = inputs[4]
     clean = ORACLE.loop64(chunk, *inputs[:4])
     gaps = []
@@ -145,7 +173,7 @@ def test_tolerance_follows_the_injected_error(session):
 
 
 def test_bad_input_is_named(session):
-    global_cond, image, agent_pos, noise, chunk = inputs_of(session, "tiny_k3_b2_ddpm10")[1]
+    global_cond, image, agent_pos, noise, chunk = inputs_of(session, "tiny_k3_b2_ddpm10.fp32")[1]
     with pytest.raises(ValueError, match=r"global_cond must be \(2, 5\)"):
         TV.eager_loop(global_cond[:, :4], image, agent_pos, noise, chunk)
     with pytest.raises(ValueError, match="noise must be"):
@@ -157,9 +185,9 @@ def test_bad_input_is_named(session):
     with pytest.raises(TypeError, match="policy Chunk"):
         TV.eager_loop(global_cond, image, agent_pos, noise, object())
     with pytest.raises(ValueError, match="prediction_type 'sample' is not supported"):
-        inputs_of(session, "tiny_k3_b2_ddpm10", prediction_type="sample")
+        inputs_of(session, "tiny_k3_b2_ddpm10.fp32", prediction_type="sample")
     with pytest.raises(ValueError, match="not a multiple of 2"):
-        inputs_of(session, "tiny_k3_b2_ddpm10", T=7)
+        inputs_of(session, "tiny_k3_b2_ddpm10.fp32", T=7)
 
 
 def test_work_is_steps_times_the_conv_floor(session):
@@ -174,7 +202,7 @@ def staged(variant: str, inputs: tuple) -> dict:
     return {s.name: (s.count, s.fn()) for s in hook(*inputs)}
 
 
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_enc_b2_ddim16"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_enc_b2_ddim16", "tiny_k3_b2_ddpm10.bf16"])
 def test_eager_stages_are_the_parts_of_the_call(session, name):
     """encoder (when on) once, unet and step S times, each the loop's own part at the middle step."""
     _case, inputs = inputs_of(session, name)
@@ -192,7 +220,7 @@ def test_eager_stages_are_the_parts_of_the_call(session, name):
 
 
 @gpu_test
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_enc_b2_ddim16"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_enc_b2_ddim16"])
 def test_graph_stages_replay_the_parts(name):
     """Each graph variant's stages replay (after its first call, as the runner calls the hook) and leave the
     variant's next call's answer unchanged."""
@@ -210,7 +238,7 @@ def test_graph_stages_replay_the_parts(name):
 
 
 @gpu_test
-@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10", "tiny_k3_b1_ddim16"])
+@pytest.mark.parametrize("name", ["tiny_k3_b2_ddpm10.fp32", "tiny_k3_b1_ddim16.fp32", "tiny_k3_b2_ddpm10.bf16"])
 def test_graph_variants_replay_fresh_inputs(name):
     """A second call with other inputs gives that call's answer (captured buffers are refilled every call)."""
     dev = torch.device("cuda")

@@ -83,6 +83,18 @@ def test_loaded_policy_is_the_upstream_loop(tmp_path):
     assert not torch.equal(policy(cond), policy(cond))  # unseeded calls draw fresh noise
 
 
+def test_bf16_policy_runs_the_bf16_net(tmp_path):
+    """dtype="bfloat16": the U-Net's weights in bf16, float32 actions, verified against the bf16 net's oracle."""
+    policy = dpk.load_policy(dp_ckpt(tmp_path), batch=2, device="cpu", dtype="bfloat16", pick="order")
+    assert policy.chunk.net.dtype == torch.bfloat16 and policy.variant == "eager_loop"
+    cond = torch.randn(2, CONFIG.global_cond_dim, generator=torch.Generator().manual_seed(0))
+    out = policy.predict(cond, seed=5)["action_pred"]
+    fp32 = dpk.load_policy(dp_ckpt(tmp_path), batch=2, device="cpu", pick="order").predict(cond, seed=5)["action_pred"]
+    assert out.dtype == torch.float32 and 0 < float((out - fp32).abs().max()) < 0.5
+    with pytest.raises(Exception, match="unknown dtype 'float8'"):
+        dpk.load_policy(dp_ckpt(tmp_path), device="cpu", dtype="float8")
+
+
 def test_forced_variant_and_bad_input(tmp_path):
     ckpt = dp_ckpt(tmp_path)
     policy = dpk.load_policy(ckpt, variant="eager_diffusers", scheduler="ddpm100", device="cpu", verify=False)

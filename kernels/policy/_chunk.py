@@ -1,5 +1,7 @@
 """The non-tensor input of every policy variant (`Chunk`), the chunk's noise, and the loop every variant runs.
 
+DTYPES: a chunk runs its U-Net in float32 or bfloat16 (bf16 weights; `Chunk.unet` says what stays float32).
+
 A chunk is one U-Net (unet1d's `Net`: the weights on the device, their float64 copy, the FiLM table, each
 variant's prepared state), one scheduler config (denoise's `Schedule`), the noise seed (denoise's `NoiseSpec`)
 and, with the encoder stage on, the observation encoder. Variants prepare their state (graphs, compiled
@@ -29,6 +31,8 @@ from ..denoise._schedule import Schedule
 from ..denoise._steps import draws_noise
 from ..unet1d._net import Net
 
+DTYPES = ("float32", "bfloat16")
+
 
 @dataclass(frozen=True, eq=False)
 class Chunk:
@@ -47,6 +51,14 @@ class Chunk:
     @property
     def steps(self) -> int:
         return self.schedule.num_inference_steps
+
+    def unet(self, x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
+        """eps = U-Net(x, t, cond) in float32. A bf16 net (a case of dtype bfloat16) gets x and cond narrowed
+        and its output widened: the trajectory, the noise, the conditioning and the scheduler stay float32."""
+        module = self.net.module
+        if self.net.dtype == torch.float32:
+            return module(x, t, cond)
+        return module(x.to(self.net.dtype), t, None if cond is None else cond.to(self.net.dtype)).float()
 
     def timesteps(self, device: torch.device) -> torch.Tensor:
         """(S,) int64 timesteps on `device` (cached on the net, one per schedule)."""

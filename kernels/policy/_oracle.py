@@ -74,15 +74,16 @@ def encoder_rel_error(compute: str, conv_lengths: list[int]) -> float:
     return math.sqrt(var)
 
 
-def propagated_tolerance(chunk: Chunk, inputs: tuple, clean: torch.Tensor, compute: str, label: str
-                         ) -> dpk.Tolerance:
-    """8 x the rms gap between the oracle's chunk and its shadow under typical per-step rounding errors."""
+def propagated_tolerance(chunk: Chunk, inputs: tuple, clean: torch.Tensor, compute: str, activations: str,
+                         label: str) -> dpk.Tolerance:
+    """8 x the rms gap between the oracle's chunk and its shadow under typical per-step rounding errors; with
+    bf16 `activations`, unet1d's bf16 bound per forward (its 3 D bf16 roundings hold the narrowing of x, cond)."""
     num_t = chunk.schedule.num_train_timesteps
-    fwd = forward_tolerance(chunk.net.module, compute, "float32", t_max=num_t)
+    fwd = forward_tolerance(chunk.net.module, compute, activations, t_max=num_t)
     eps_sigma = fwd.atol / SAFETY
     enc = chunk.encoder  # the PyTorch encoder in every variant: its arithmetic is cuDNN's, whatever the loop's
     cond_rel = encoder_rel_error(ENCODER_COMPUTE, enc.conv_lengths()) if enc is not None else 0.0
-    seed = zlib.crc32(f"policy-shadow:{label}:{compute}".encode()) & 0x7FFFFFFF
+    seed = zlib.crc32(f"policy-shadow:{label}:{compute}".encode()) & 0x7FFFFFFF  # label: the case id, dtype in it
     shadow = loop64(chunk, *inputs, perturb=_shadow_perturb(seed, eps_sigma, cond_rel))
     gap = float((shadow - clean).pow(2).mean().sqrt())
     u32 = unit_roundoff("float32")
@@ -90,5 +91,5 @@ def propagated_tolerance(chunk: Chunk, inputs: tuple, clean: torch.Tensor, compu
     atol = SAFETY * max(gap, floor)
     return dpk.Tolerance(atol=atol, rtol=2 * u32,
                          why=f"8 x rms gap {gap:.3g} of a shadow chunk with per-step eps errors {eps_sigma:.3g} "
-                             f"({compute}, {chunk.steps} steps)" + (f", cond errors {cond_rel:.2g} rel"
-                                                                   if cond_rel else ""))
+                             f"({compute}, {activations} activations, {chunk.steps} steps)"
+                             + (f", cond errors {cond_rel:.2g} rel" if cond_rel else ""))

@@ -176,7 +176,7 @@ def choose(reg: Registry, case: dpk.Case, device: torch.device, variant: str | N
 def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None, weights_seed: int,
          scheduler: str | dict[str, Any] | None, batch: int, horizon: int | None, device: torch.device,
          variant: str | None, verify: bool, observation: bool | None, pick: str = "measure",
-         candidates: Sequence[str] | None = None) -> Policy:
+         candidates: Sequence[str] | None = None, dtype: str = "float32") -> Policy:
     """A Policy of a checkpoint (or of seeded random weights of `config`): see dpk.load_policy."""
     from ._observation import load_observation_side
     from ._settings import checkpoint_settings, executed_steps, sampling_settings
@@ -193,7 +193,7 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
         raise ValueError(f"load_policy: observation=True but there is no image encoder to run ({why})")
     if side is not None and side.encoder is not None and observation is not False:
         params["encoder"] = "resnet18_gn"
-    case = dpk.make_case("policy", "load_policy", **params)
+    case = dpk.make_case("policy", "load_policy", dtype=dtype, **params)
     choice = choose(reg, case, device, variant, verify, pick, candidates)
     chunk = make_inputs(case, device)[-1]
     normalizer = side.normalizer.to(device) if side is not None and side.normalizer is not None else None

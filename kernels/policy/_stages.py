@@ -50,7 +50,7 @@ def probe(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_po
     with torch.no_grad():
         cond = condition(chunk, global_cond, image, agent_pos)
         x = noise[0].clone()
-        eps = chunk.net.module(x, chunk.timesteps(noise.device)[k], cond).contiguous()  # as the kernels read it
+        eps = chunk.unet(x, chunk.timesteps(noise.device)[k], cond).contiguous()  # as the kernels read it
     return Probe(chunk, inputs, cond, x, eps, k)
 
 

@@ -21,7 +21,7 @@ from ..denoise._schedule import Schedule
 from ..unet1d._net import case_config, find_net, get_net
 from ..unet1d._net import conv_bytes as _conv_bytes
 from ._checks import check_inputs, check_prediction_type
-from ._chunk import Chunk, noise_spec, predraw
+from ._chunk import DTYPES, Chunk, noise_spec, predraw
 from ._encoding import encoder_for
 from ._oracle import loop64, propagated_tolerance
 
@@ -35,9 +35,9 @@ def _schedule(case: dpk.Case) -> Schedule:
 
 def make_inputs(case: dpk.Case, device: torch.device) -> tuple:
     """(global_cond, image, agent_pos, noise, chunk) on `device`, drawn from the case seed."""
-    if case.dtype != "float32":
-        raise ValueError(f"policy case {case.id}: the chunk runs in float32 (got {case.dtype})")
-    net = get_net(case.p, device, torch.float32)
+    if case.dtype not in DTYPES:
+        raise ValueError(f"policy case {case.id}: the U-Net runs in {' or '.join(DTYPES)} (got {case.dtype})")
+    net = get_net(case.p, device, torch_dtype(case.dtype))
     cfg, B, T = net.config, int(case["B"]), int(case["T"])
     if T % cfg.horizon_multiple:
         raise ValueError(f"policy case {case.id}: T = {T} is not a multiple of 2^(levels-1) = {cfg.horizon_multiple}")
@@ -54,14 +54,19 @@ def make_inputs(case: dpk.Case, device: torch.device) -> tuple:
 
 
 def tolerance(case: dpk.Case, compute: str) -> dpk.Tolerance:
-    """Per-step rounding propagated through the chunk by a float64 shadow run (_oracle.py, NOTES.md)."""
-    net = find_net(case.p) or get_net(case.p, torch.device("cpu"), torch.float32)
-    inputs = make_inputs(case, net.device)
+    """Per-step rounding propagated through the chunk by a float64 shadow run (_oracle.py, NOTES.md), on the
+    weights the case runs (a bf16 case's oracle: its bf16 weights in float64). A bf16 case's PyTorch variants
+    store the U-Net's activations in bf16; the float32-compute ones (the kernels) only read bf16 weights, which
+    the oracle shares, so theirs is the float32 bound."""
+    found = find_net(case.p)
+    inputs = make_inputs(case, found.device if found is not None else torch.device("cpu"))
+    net = inputs[-1].net
     chunk = inputs[-1]
     key = (case.id, net.weights, str(net.device))
     if key not in _clean:
         _clean[key] = loop64(chunk, *inputs[:4])
-    return propagated_tolerance(chunk, inputs[:4], _clean[key], compute, case.id)
+    activations = "float32" if compute == "float32" else case.dtype
+    return propagated_tolerance(chunk, inputs[:4], _clean[key], compute, activations, case.id)
 
 
 def work(case: dpk.Case) -> dpk.Work:
@@ -75,7 +80,7 @@ def work(case: dpk.Case) -> dpk.Work:
 
 @dpk.family("policy", make_inputs=make_inputs, tolerance=tolerance, work=work,
             params=("checkpoint", "weights_seed", "num_inference_steps", "scheduler", "eta", "noise_generator"),
-            latency=True)
+            latency=True, output_dtype="float32")
 def reference(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
               noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """The chunk in float64: float64 U-Net and encoder, denoise's float64 step, the same noise."""

@@ -9,7 +9,8 @@ device with torch.full per step, diffusers' step. Both run PyTorch's default mat
 eager_loop is the loop graph_loop captures: the same U-Net with the timesteps and step indices in device
 memory and denoise's torch_fused step on the pre-drawn noise (no host sync, no generator, no host scalar), so
 it runs on CPU too. graph_loop captures every step of the chunk (and the encoder) in one CUDA graph: per call,
-copy the inputs in, replay, clone the actions out; no host work per step.
+copy the inputs in, replay, clone the actions out; no host work per step. Every variant calls the U-Net
+through `Chunk.unet`: a bf16 net (bfloat16 case) in bf16, the rest of the chunk in float32.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from ..denoise._noise import generator
 from ..denoise._steps import fused_step, scheduler_for
 from ..unet1d._net import compile_reduce_overhead
 from ._checks import check_inputs
-from ._chunk import Chunk, capture, condition, copy_in, static_copies
+from ._chunk import DTYPES, Chunk, capture, condition, copy_in, static_copies
 from ._stages import Probe, probe, stages
 
 TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
@@ -66,28 +67,21 @@ def diffusers_stages(p: Probe, forward: Any) -> list[dpk.Stage]:
 
 def _eager_diffusers_stages(*inputs: Any) -> list[dpk.Stage]:
     p = probe(*inputs)
-    module = p.chunk.net.module
-    return diffusers_stages(p, lambda x, t, c: module(x, t, global_cond=c))
+    return diffusers_stages(p, p.chunk.unet)
 
 
-@dpk.variant("policy", "eager_diffusers", needs=("diffusers",), baseline=True, compute=TORCH_COMPUTE, graph=False,
-             stages=_eager_diffusers_stages)
+@dpk.variant("policy", "eager_diffusers", needs=("diffusers",), dtypes=DTYPES, baseline=True, compute=TORCH_COMPUTE,
+             graph=False, stages=_eager_diffusers_stages)
 def eager_diffusers(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                     noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """Upstream Diffusion Policy: eager U-Net + diffusers' scheduler.step with a seeded generator."""
     check_inputs(global_cond, image, agent_pos, noise, chunk, "eager_diffusers")
-    module = chunk.net.module
     with torch.no_grad():
-        cond = _cond(chunk, global_cond, image, agent_pos)
-        return diffusers_loop(chunk, cond, noise, lambda x, t, c: module(x, t, global_cond=c))
+        return diffusers_loop(chunk, _cond(chunk, global_cond, image, agent_pos), noise, chunk.unet)
 
 
 def _compiled(chunk: Chunk) -> dict:
-    module = chunk.net.module
-
-    def forward(x: torch.Tensor, t: torch.Tensor, cond: torch.Tensor | None) -> torch.Tensor:
-        return module(x, t, global_cond=cond)
-    return {"fn": compile_reduce_overhead(forward)}
+    return {"fn": compile_reduce_overhead(chunk.unet)}
 
 
 def _compiled_key(noise: torch.Tensor) -> tuple:
@@ -126,8 +120,8 @@ def _compiled_stages(*inputs: Any) -> list[dpk.Stage]:
     return diffusers_stages(p, _compiled_forward(p.chunk, inputs[3]))
 
 
-@dpk.variant("policy", "compiled", needs=("cuda", "triton", "diffusers"), compute=TORCH_COMPUTE, graph=False,
-             against="eager_diffusers", stages=_compiled_stages, info=_compiled_info)
+@dpk.variant("policy", "compiled", needs=("cuda", "triton", "diffusers"), dtypes=DTYPES, compute=TORCH_COMPUTE,
+             graph=False, against="eager_diffusers", stages=_compiled_stages, info=_compiled_info)
 def compiled(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
              noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """LeRobot's loop with compile_model: torch.compile(reduce-overhead) U-Net, diffusers' step; the first U-Net
@@ -140,12 +134,12 @@ def compiled(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent
 
 def fused_loop(chunk: Chunk, cond: torch.Tensor | None, noise: torch.Tensor) -> torch.Tensor:
     """S steps with the timesteps and step indices read on the device and denoise's torch_fused step."""
-    module, sched, dev = chunk.net.module, chunk.schedule, noise.device
+    sched, dev = chunk.schedule, noise.device
     ts, idx = chunk.timesteps(dev), chunk.step_indices(dev)
     x = noise[0]
     for k in range(chunk.steps):
         with UNET:
-            eps = module(x, ts[k], cond)
+            eps = chunk.unet(x, ts[k], cond)
         with STEP:
             x = fused_step(eps, x, noise[k + 1], idx[k], sched)
     return x
@@ -156,11 +150,11 @@ def fused_stages(*inputs: Any, graphed: bool) -> list[dpk.Stage]:
     p = probe(*inputs)
     chunk, noise = p.chunk, inputs[3]
     ts, idx = chunk.timesteps(p.device), chunk.step_indices(p.device)
-    return stages(p, lambda: chunk.net.module(p.x, ts[p.k], p.cond),
+    return stages(p, lambda: chunk.unet(p.x, ts[p.k], p.cond),
                   lambda: fused_step(p.eps, p.x, noise[p.k + 1], idx[p.k], chunk.schedule), graphed=graphed)
 
 
-@dpk.variant("policy", "eager_loop", compute=TORCH_COMPUTE, against="eager_diffusers",
+@dpk.variant("policy", "eager_loop", dtypes=DTYPES, compute=TORCH_COMPUTE, against="eager_diffusers",
              stages=lambda *inputs: fused_stages(*inputs, graphed=False))
 def eager_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
@@ -192,8 +186,8 @@ def graph_state(variant: str, inputs: tuple, make: Any) -> dict:
     return st
 
 
-@dpk.variant("policy", "graph_loop", needs=("cuda",), compute=TORCH_COMPUTE, graph=False, against="eager_diffusers",
-             stages=lambda *inputs: fused_stages(*inputs, graphed=True))
+@dpk.variant("policy", "graph_loop", needs=("cuda",), dtypes=DTYPES, compute=TORCH_COMPUTE, graph=False,
+             against="eager_diffusers", stages=lambda *inputs: fused_stages(*inputs, graphed=True))
 def graph_loop(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,
                noise: torch.Tensor, chunk: Chunk) -> torch.Tensor:
     """Every step of the chunk (and the encoder) in one CUDA graph: copy in, replay, clone the actions out."""

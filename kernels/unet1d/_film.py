@@ -36,10 +36,12 @@ def step_table(model: ConditionalUnet1D, num_t: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def observe(model: ConditionalUnet1D, global_cond: torch.Tensor | None, batch: int) -> torch.Tensor:
-    """(B, F): W_g mish(global_cond) + b, in the weights' precision (float32: TF32 is off for matmuls)."""
+def observe(model: ConditionalUnet1D, global_cond: torch.Tensor | None, batch: int,
+            weights: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    """(B, F): W_g mish(global_cond) + b, in the precision of `weights` (film_weight(model) made once, e.g.
+    widened to float32; by default the model's own, stacked per call; float32: TF32 is off for matmuls)."""
     dsed = model.cfg.diffusion_step_embed_dim
-    w, b = film_weight(model)
+    w, b = weights if weights is not None else film_weight(model)
     if global_cond is None or model.cfg.global_cond_dim == 0:
         return b.expand(batch, -1).clone()
     return torch.nn.functional.linear(torch.nn.functional.mish(global_cond.to(w.dtype)), w[:, dsed:], b)
