@@ -101,3 +101,16 @@ def test_uninit_is_named_even_after_nan_filled_garbage(toy_registry, toy_cases):
                 if name == "uninit" and "uninitialised memory" not in res.summary():
                     missed.append(res.summary())
     assert not missed, missed
+
+
+def test_a_family_output_dtype_holds_whatever_the_case_dtype():
+    """A family declaring output_dtype (policy: float32 actions of a bf16 net) holds every variant to it."""
+    import dpk
+
+    case = dpk.make_case("toy", "x", dtype="bfloat16", M=2, N=2)
+    ref, f32, bf16 = [torch.zeros(2, dtype=torch.float64)], torch.zeros(2), torch.zeros(2, dtype=torch.bfloat16)
+    assert parity._shape_problems([f32], ref, case, "float32") == []
+    assert "precision downgrade" in parity._shape_problems([bf16], ref, case, "float32")[0]
+    assert parity._shape_problems([bf16], ref, case, None) == []
+    with pytest.raises(ValueError, match="unknown output_dtype 'fp32'"):
+        dpk.family("toy2", make_inputs=lambda c, d: (), tolerance=lambda c, k: None, output_dtype="fp32")
