@@ -143,7 +143,7 @@ class Compiled:
         self.ranges = [Ranges(op.name) for op in program.ops]
 
     def resident_bytes(self) -> int:
-        extra = sum(t.numel() * t.element_size() for e in self.entries.values() for t in e["buffers"])
+        extra = sum(t.numel() * t.element_size() for e in self.entries.values() for t in _owned(e))
         return (self.params.numel() + self.work.numel()) * 4 + extra
 
     def _entry(self, io: dict[str, torch.Tensor]) -> dict:
@@ -160,8 +160,7 @@ class Compiled:
             r = Resolver(p, self.params, self.work, io | staged | {"out": out} | (
                 {"table": self.table} if self.table is not None else {}))
             ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
-            e = {"out": out, "out_io": out_io, "staged": staged, "ops": ops, "io": dict(io), "graph": None,
-                 "buffers": [out, *staged.values()] + ([out_io] if out_io is not out else [])}
+            e = {"out": out, "out_io": out_io, "staged": staged, "ops": ops, "io": dict(io), "graph": None}
             self.entries[key] = e
             while len(self.entries) > CACHE:
                 self.entries.popitem(last=False)
@@ -223,6 +222,12 @@ class Compiled:
             e["graph"], _ = graph_of(lambda: self.launch(io, ranges=False), self.device, warmup=1)
         e["graph"].replay()
         return e["out_io"]
+
+
+def _owned(entry: dict) -> list[torch.Tensor]:
+    """The buffers an entry allocated: its output, the widened bf16 inputs, the narrowed output."""
+    return [entry["out"], *entry["staged"].values()] + ([entry["out_io"]] if entry["out_io"] is not entry["out"]
+                                                         else [])
 
 
 class _Null:

@@ -562,13 +562,31 @@ __device__ __forceinline__ void prologue_fast(const UnetOp& op, int b, int cta, 
     store_mat<T>(op, b, cta, ncta_all, X);
 }
 
+// this CTA's weight stream: where its packed weights start, bytes per stage, the ring of slots (each of the op's
+// largest stage) and their mbarriers; made once per CTA (cta_stream), read by every stage loop
+struct Stream {
+    const char* w;
+    int stage;
+    float* ring;
+    int slot_floats;
+    unsigned bars;
+};
+
+__device__ __forceinline__ Stream cta_stream(const UnetSegment& sg, int c, float* ring, int slot_floats,
+                                             unsigned bars) {
+    const int stage = stage_bytes(sg);
+    return {reinterpret_cast<const char*>(sg.w) + static_cast<int64_t>(c) * sg.nstages * stage, stage, ring,
+            slot_floats, bars};
+}
+
 // request stage `st` of this CTA's weights into ring slot `slot` (see UnetOp::copy). Bulk copies: thread 0 only,
 // completing on the slot's mbarrier. cp.async: every thread copies its 16-byte pieces and commits one group.
-// (wseg: the CTA's packed weights, stage: bytes per stage)
-__device__ __forceinline__ void issue_stage(const UnetOp& op, const char* wseg, int st, int stage, float* ring,
-                                            int stage_floats, unsigned bars, int slot, const ca::Policy& hint) {
-    const char* src = wseg + static_cast<int64_t>(st) * stage;
-    char* dst = reinterpret_cast<char*>(ring + slot * stage_floats);
+__device__ __forceinline__ void issue_stage(const UnetOp& op, const Stream& ws, int st, int slot,
+                                            const ca::Policy& hint) {
+    const int stage = ws.stage;
+    const unsigned bars = ws.bars;
+    const char* src = ws.w + static_cast<int64_t>(st) * stage;
+    char* dst = reinterpret_cast<char*>(ws.ring + slot * ws.slot_floats);
     if (op.copy == 2) {
         for (int i = 16 * threadIdx.x; i < stage; i += 16 * blockDim.x) ca::copy16(dst + i, src + i, true, hint);
         ca::commit();
@@ -616,13 +634,12 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const uint32_t (&a)[4], 
 // after stage st's work (traced: mark stage 1's, thread 0's warp): the slot's reads precede the copy engine's next
 // write (proxy fence), every warp is done with it (barrier), thread 0 requests stage st + ring into it; then the
 // next slot and its barrier's parity
-__device__ __forceinline__ void release_slot(const UnetOp& op, const char* wseg, int st, int nstages, int stage,
-                                             float* ring, int stage_floats, unsigned bars, int& slot, unsigned& parity,
-                                             const ca::Policy& policy, bool traced) {
+__device__ __forceinline__ void release_slot(const UnetOp& op, const Stream& ws, int st, int nstages, int& slot,
+                                             unsigned& parity, const ca::Policy& policy, bool traced) {
     if (traced && st == 1) mark(op, 38);
     if (op.copy != 2) ca::fence_proxy_async_smem();
     __syncthreads();
-    if (st + op.ring < nstages) issue_stage(op, wseg, st + op.ring, stage, ring, stage_floats, bars, slot, policy);
+    if (st + op.ring < nstages) issue_stage(op, ws, st + op.ring, slot, policy);
     if (++slot == op.ring) {
         slot = 0;
         parity ^= 1u;
@@ -675,16 +692,14 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
 // partial sums meet in shared memory at the end. Weights arrive pre-arranged (pack_weight): per stage [channel
 // block][tap][row block][lane][2], so a lane's B fragment is one 8-byte load.
 template <int COLS, int NBMAX, int T, int K>
-__device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
-                            int stage_floats, unsigned bars, float* red) {
+__device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X,
+                            const Stream& wstream, float* red) {
     constexpr int MT = (COLS + 15) / 16, kWarps = T / 32, NE = COLS == 8 ? 2 : 4;  // A elements per tile used
     constexpr int CH = NBMAX >= 4 ? 1 : 2;  // accumulator chains: with 4+ row blocks the MMAs interleave already
     const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, nb = seg.nb, lo = seg.l_out;
     const ca::Policy policy = ca::make_policy(1);  // weights are read once: evict them first, keep activations
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, q = lane & 3;
     const int L = op.l_in, ncb = cbs / 8;
-    const int stage = rc * cbs * K * 4;  // bytes (fp32 weights: the plan keeps bf16 to the SIMT form)
-    const char* wseg = reinterpret_cast<const char*>(seg.w) + static_cast<int64_t>(c) * nstages * stage;
     // per A element: its offset in the channel block's rows at tap 0 (tap t adds t) and, bit t, whether tap t
     // reads a real column (else a zero): two registers per element, not one per tap (the compiler rebuilt those
     // from constant loads at every tap)
@@ -716,8 +731,8 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
     int slot = 0;  // ring slot of stage st and the parity its barrier completes (no division per stage)
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
-        wait_stage(op, st, nstages, bars, slot, parity, traced);
-        const float* ws = ring + slot * stage_floats;
+        wait_stage(op, st, nstages, wstream.bars, slot, parity, traced);
+        const float* ws = wstream.ring + slot * wstream.slot_floats;
         for (int cbk = warp; cbk < ncb; cbk += kWarps) {
             const float* x0 = X + (st * cbs + cbk * 8 + q) * L;  // rows ci = q and q + 4 of the channel block
             const float2* wb = reinterpret_cast<const float2*>(ws + cbk * K * nb * 64) + lane;
@@ -751,7 +766,7 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
                 }
             }
         }
-        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy, traced);
+        release_slot(op, wstream, st, nstages, slot, parity, policy, traced);
     }
     mark(op, 7);
 
@@ -785,14 +800,12 @@ __device__ void run_segment(const UnetOp& op, const UnetSegment& seg, int c, int
 // Versus run_segment: ~4x fewer instructions per weight at LO = 4 (no fragment assembly, no splits, no padded
 // tile rows); the warps' sums meet in the same reduction buffer (a rider's after the carrier's).
 template <int T, int LO, int K, bool RIDE, bool WB>
-__device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X, float* ring,
-                                 int stage_floats, unsigned bars, float* red) {
+__device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c, int b, const float* X,
+                                 const Stream& wstream, float* red) {
     constexpr int RPT = 2, PAD = K / 2, KW = K + (RIDE ? 1 : 0), NACC = RPT * LO * (RIDE ? 2 : 1);
     const int rc = seg.rc, cbs = seg.cb, nstages = seg.nstages, tg = T * RPT / rc;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = tid / tg, i = tid - grp * tg;
     const ca::Policy policy = ca::make_policy(1);
-    const int stage = rc * cbs * KW * (WB ? 2 : 4);  // bytes
-    const char* wseg = reinterpret_cast<const char*>(seg.w) + static_cast<int64_t>(c) * nstages * stage;
     float acc[NACC];  // [segment][row][column]
 #pragma unroll
     for (int e = 0; e < NACC; ++e) acc[e] = 0.0f;
@@ -800,8 +813,8 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
     int slot = 0;
     unsigned parity = 0u;
     for (int st = 0; st < nstages; ++st) {
-        wait_stage(op, st, nstages, bars, slot, parity, traced);
-        const float* wst = ring + slot * stage_floats;
+        wait_stage(op, st, nstages, wstream.bars, slot, parity, traced);
+        const float* wst = wstream.ring + slot * wstream.slot_floats;
         const float2* wg = reinterpret_cast<const float2*>(wst + grp * cbs * RPT * KW);
         const uint32_t* wh = reinterpret_cast<const uint32_t*>(wst) + grp * cbs * RPT * KW / 2;  // WB: bf16 pairs
         const float4* xs = reinterpret_cast<const float4*>(X + st * cbs * LO);
@@ -842,7 +855,7 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
                 }
             }
         }
-        release_slot(op, wseg, st, nstages, stage, ring, stage_floats, bars, slot, parity, policy, traced);
+        release_slot(op, wstream, st, nstages, slot, parity, policy, traced);
     }
     mark(op, 7);
     // the warp's sums over its lanes, as one partial per warp, row and column in red (rows of other pairs zero)
@@ -868,16 +881,16 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
 // taps 3 or 5 only, the plan admits no 1x1 carrier)
 template <int T, bool RIDE, bool WB>
 __device__ __forceinline__ void run_simt(const UnetOp& op, const UnetSegment& sg, int c, int b, const float* X,
-                                         float* ring, int stage_floats, unsigned bars, float* red) {
+                                         const Stream& ws, float* red) {
     const int key = sg.l_out * 8 + sg.k;
     if constexpr (!RIDE) {
-        if (key == 33) return run_segment_simt<T, 4, 1, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
-        if (key == 65) return run_segment_simt<T, 8, 1, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+        if (key == 33) return run_segment_simt<T, 4, 1, RIDE, WB>(op, sg, c, b, X, ws, red);
+        if (key == 65) return run_segment_simt<T, 8, 1, RIDE, WB>(op, sg, c, b, X, ws, red);
     }
-    if (key == 35) return run_segment_simt<T, 4, 3, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
-    if (key == 37) return run_segment_simt<T, 4, 5, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
-    if (key == 67) return run_segment_simt<T, 8, 3, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
-    if (key == 69) return run_segment_simt<T, 8, 5, RIDE, WB>(op, sg, c, b, X, ring, stage_floats, bars, red);
+    if (key == 35) return run_segment_simt<T, 4, 3, RIDE, WB>(op, sg, c, b, X, ws, red);
+    if (key == 37) return run_segment_simt<T, 4, 5, RIDE, WB>(op, sg, c, b, X, ws, red);
+    if (key == 67) return run_segment_simt<T, 8, 3, RIDE, WB>(op, sg, c, b, X, ws, red);
+    if (key == 69) return run_segment_simt<T, 8, 5, RIDE, WB>(op, sg, c, b, X, ws, red);
     __trap();
 }
 
@@ -891,16 +904,13 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     float2* stats = reinterpret_cast<float2*>(smem + cv.stats);
     float* red = reinterpret_cast<float*>(smem + cv.red);
     float4* coef = reinterpret_cast<float4*>(smem + cv.coef);
-    float* ring = reinterpret_cast<float*>(smem + cv.ring);
     float* X = reinterpret_cast<float*>(smem + cv.x);
-    const int stage_floats = cv.stage_bytes / 4;
 
     const int b = blockIdx.x % op.batch_grid, cta = blockIdx.x / op.batch_grid;
     const int si = (op.nseg > 1 && cta >= op.seg[1].cta0) ? 1 : 0;
     const UnetSegment& sg = op.seg[si];
     const int c = cta - sg.cta0;
-    const int stage = stage_bytes(sg);
-    const char* wseg = reinterpret_cast<const char*>(sg.w) + static_cast<int64_t>(c) * sg.nstages * stage;
+    const Stream ws = cta_stream(sg, c, reinterpret_cast<float*>(smem + cv.ring), cv.stage_bytes / 4, bars);
 
     mark(op, 0);
     // 1. weights first: they do not depend on the previous op
@@ -914,7 +924,7 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
         // loads are on the critical path, so they go ahead of all but the first stage, not behind ring x 40 KB)
         const int now = MINB == 1 && op.copy != 2 ? 1 : op.ring;
         for (int s = 0; s < now && s < sg.nstages; ++s)
-            issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
+            issue_stage(op, ws, s, s, policy);
     }
     // 2. what older ops wrote; wait for the previous op; then let the next op start streaming its weights
     // (released only now, so that when op j starts, every op before j - 1 has finished: what 3a relies on)
@@ -925,7 +935,7 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     if (MINB == 1 && op.copy != 2) {
         const ca::Policy policy = ca::make_policy(1);
         for (int s = 1; s < op.ring && s < sg.nstages; ++s)
-            issue_stage(op, wseg, s, stage, ring, stage_floats, bars, s, policy);
+            issue_stage(op, ws, s, s, policy);
     }
     mark(op, 1);
     ca::grid_dependency_wait();
@@ -939,18 +949,18 @@ __global__ void __launch_bounds__(T, MINB) unet1d_op_kernel(const __grid_constan
     // 4.-5. (taps are compile-time: the kernel holds one copy of the stage loop per supported K)
     if constexpr (COLS == 8 && T == 512) {
         if (sg.simt) {  // the plan admits l_out 4 or 8, K 1, 3 or 5 (a carrier: 3 or 5) (_plan.simt_fits)
-            if (sg.simt == 2 && sg.wbf16) run_simt<T, true, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
-            else if (sg.simt == 2) run_simt<T, true, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
-            else if (sg.wbf16) run_simt<T, false, true>(op, sg, c, b, X, ring, stage_floats, bars, red);
-            else run_simt<T, false, false>(op, sg, c, b, X, ring, stage_floats, bars, red);
+            if (sg.simt == 2 && sg.wbf16) run_simt<T, true, true>(op, sg, c, b, X, ws, red);
+            else if (sg.simt == 2) run_simt<T, true, false>(op, sg, c, b, X, ws, red);
+            else if (sg.wbf16) run_simt<T, false, true>(op, sg, c, b, X, ws, red);
+            else run_simt<T, false, false>(op, sg, c, b, X, ws, red);
             return;
         }
     }
     switch (sg.k) {
-        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
-        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ring, stage_floats, bars, red); break;
+        case 1: run_segment<COLS, NBMAX, T, 1>(op, sg, c, b, X, ws, red); break;
+        case 2: run_segment<COLS, NBMAX, T, 2>(op, sg, c, b, X, ws, red); break;
+        case 3: run_segment<COLS, NBMAX, T, 3>(op, sg, c, b, X, ws, red); break;
+        case 5: run_segment<COLS, NBMAX, T, 5>(op, sg, c, b, X, ws, red); break;
         default: __trap();  // the plan admits K in {1, 2, 3, 5}
     }
 }
