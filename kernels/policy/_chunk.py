@@ -1,6 +1,7 @@
 """The non-tensor input of every policy variant (`Chunk`), the chunk's noise, and the loop every variant runs.
 
-DTYPES: a chunk runs its U-Net in float32 or bfloat16 (bf16 weights; `Chunk.unet` says what stays float32).
+A chunk runs its U-Net in unet1d's DTYPES, float32 or bfloat16 (bf16 weights; `Chunk.unet` says what stays
+float32).
 
 A chunk is one U-Net (unet1d's `Net`: the weights on the device, their float64 copy, the FiLM table, each
 variant's prepared state), one scheduler config (denoise's `Schedule`), the noise seed (denoise's `NoiseSpec`)
@@ -30,8 +31,6 @@ from ..denoise._noise import NoiseSpec, generator, randn_as_diffusers
 from ..denoise._schedule import Schedule
 from ..denoise._steps import draws_noise
 from ..unet1d._net import Net
-
-DTYPES = ("float32", "bfloat16")
 
 
 @dataclass(frozen=True, eq=False)

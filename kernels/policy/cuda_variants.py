@@ -25,8 +25,8 @@ import dpk
 from ..denoise._extension import step_cuda
 from ..unet1d._film import film_weight, observe
 from ..unet1d._launch import compiled_program
-from ..unet1d._net import Call
-from ._chunk import DTYPES, Chunk, capture, condition, info_of, static_copies
+from ..unet1d._net import DTYPES, Call
+from ._chunk import Chunk, capture, condition, info_of, static_copies
 from ._stages import Part, Probe, probe, stages
 from .torch_variants import TORCH_COMPUTE, graph_state
 

@@ -18,10 +18,10 @@ import dpk
 from dpk.tolerance import torch_dtype
 
 from ..denoise._schedule import Schedule
-from ..unet1d._net import case_config, find_net, get_net
+from ..unet1d._net import DTYPES, case_config, find_net, get_net
 from ..unet1d._net import conv_bytes as _conv_bytes
 from ._checks import check_inputs, check_prediction_type
-from ._chunk import DTYPES, Chunk, noise_spec, predraw
+from ._chunk import Chunk, noise_spec, predraw
 from ._encoding import encoder_for
 from ._oracle import loop64, propagated_tolerance
 
@@ -60,9 +60,8 @@ def tolerance(case: dpk.Case, compute: str) -> dpk.Tolerance:
     the oracle shares, so theirs is the float32 bound."""
     found = find_net(case.p)
     inputs = make_inputs(case, found.device if found is not None else torch.device("cpu"))
-    net = inputs[-1].net
     chunk = inputs[-1]
-    key = (case.id, net.weights, str(net.device))
+    key = (case.id, chunk.net.weights, str(chunk.net.device))
     if key not in _clean:
         _clean[key] = loop64(chunk, *inputs[:4])
     activations = "float32" if compute == "float32" else case.dtype

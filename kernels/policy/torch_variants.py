@@ -24,9 +24,9 @@ from dpk.nvtx import Ranges
 
 from ..denoise._noise import generator
 from ..denoise._steps import fused_step, scheduler_for
-from ..unet1d._net import compile_reduce_overhead
+from ..unet1d._net import DTYPES, compile_reduce_overhead
 from ._checks import check_inputs
-from ._chunk import DTYPES, Chunk, capture, condition, copy_in, static_copies
+from ._chunk import Chunk, capture, condition, copy_in, static_copies
 from ._stages import Probe, probe, stages
 
 TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"

@@ -226,8 +226,8 @@ class Compiled:
 
 def _owned(entry: dict) -> list[torch.Tensor]:
     """The buffers an entry allocated: its output, the widened bf16 inputs, the narrowed output."""
-    return [entry["out"], *entry["staged"].values()] + ([entry["out_io"]] if entry["out_io"] is not entry["out"]
-                                                         else [])
+    owned = [entry["out"], *entry["staged"].values()]
+    return owned if entry["out_io"] is entry["out"] else [*owned, entry["out_io"]]
 
 
 class _Null:
@@ -244,13 +244,10 @@ _NULL = _Null()
 def compiled_program(call: Call, batch: int, horizon: int) -> Compiled:
     """The packed program of (net, batch, horizon, form) on the net's device, built once."""
     def make() -> Compiled:
-        module = call.net.module
-        if module.parameters().__next__().dtype not in (torch.float32, torch.bfloat16):
-            raise dpk.Unavailable("the kernels path runs fp32 or bf16 weights only")
         try:
-            program = build_program(module, batch, horizon, call.form,
+            program = build_program(call.net.module, batch, horizon, call.form,
                                     sms=torch.cuda.get_device_properties(call.net.device).multi_processor_count)
-        except ValueError as e:  # a shape the kernel has no instantiation for
+        except ValueError as e:  # a dtype or shape the kernel has no instantiation for
             raise dpk.Unavailable(str(e)) from e
         table = call.net.table(call.num_t) if call.form == "step" else None
         return Compiled(program, call.net.device, table)

@@ -20,6 +20,7 @@ import torch
 from ._film import step_film, step_table
 from ._unet import ConditionalUnet1D, UNetConfig, build, conv_param_count
 
+DTYPES = ("float32", "bfloat16")  # a net's weights (cases of dtype bfloat16: the bf16 net), for every variant
 KEEP = 2  # nets kept alive (a Push-T image net is 1 GB in fp32 plus 2 GB for its float64 copy)
 
 

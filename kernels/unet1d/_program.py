@@ -20,6 +20,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from dpk.tolerance import torch_dtype
+
+from ._net import DTYPES
 from ._pack import pack_bias, pack_weight
 from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, plan_op
 from ._unet import ConditionalUnet1D
@@ -48,8 +51,8 @@ class _Builder:
             raise ValueError(f"form must be one of {FORMS}, got {form!r}")
         if horizon % cfg.horizon_multiple:
             raise ValueError(f"horizon {horizon} is not a multiple of {cfg.horizon_multiple} (2^(levels-1))")
-        self.m, self.cfg, self.B, self.T, self.form, self.sms, self.wbf16 = model, cfg, batch, horizon, form, sms, \
-            wbf16
+        self.m, self.cfg, self.B, self.T, self.form, self.sms = model, cfg, batch, horizon, form, sms
+        self.wbf16 = wbf16
         self.params, self.work, self.ops = Store(), Store(), []
         self.film_slices = iter(model.film_slices())
         self.F = sum(w for _, w in model.film_slices())
@@ -226,6 +229,6 @@ def build_program(model: ConditionalUnet1D, batch: int, horizon: int, form: str 
     if form == "plain" and batch > 32:
         raise ValueError(f"the plain form folds the batch into the FiLM linears' length: batch {batch} > 32")
     dtype = next(model.parameters()).dtype
-    if dtype not in (torch.float32, torch.bfloat16):
-        raise ValueError(f"the kernels path runs fp32 or bf16 weights, not {dtype}")
+    if dtype not in [torch_dtype(d) for d in DTYPES]:
+        raise ValueError(f"the kernels path runs {' or '.join(DTYPES)} weights, not {dtype}")
     return _Builder(model, batch, horizon, form, sms, dtype == torch.bfloat16).build()

@@ -18,10 +18,9 @@ import dpk
 
 from ._checks import check_inputs
 from ._launch import compiled_program
-from ._net import Call
+from ._net import DTYPES, Call  # bf16: a bf16 net's weights and I/O; activations and sums stay fp32 inside
 
 NEEDS = ("cuda", "nvcc", "sm90")
-DTYPES = ("float32", "bfloat16")  # bf16: a bf16 net's weights and I/O; activations and sums stay fp32 inside
 
 
 def _io(sample: torch.Tensor, timestep: torch.Tensor, global_cond: torch.Tensor, obs: torch.Tensor, call: Call,

@@ -19,10 +19,9 @@ import dpk
 from dpk.timing_aids import graph_of
 
 from ._checks import check_inputs
-from ._net import Call, compile_reduce_overhead
+from ._net import DTYPES, Call, compile_reduce_overhead
 
 TORCH_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
-DTYPES = ("float32", "bfloat16")
 
 
 def _info_of(kind: str) -> Callable[..., dict]:
