@@ -83,8 +83,8 @@ __device__ __forceinline__ void mark(const UnetOp& op, int point) {
 }
 
 // a / d for a >= 0, d > 0: a shift where d is a power of two (every divisor of blog's and Push-T image's ops), else
-// the division. Every thread of every op runs these: a runtime division is ~20 instructions, and an op's time
-// is mostly the instructions its 16 warps issue (ncu: ~1600 per warp on a 5 MB op, at ~1.9 per cycle per SM).
+// the division (~20 instructions). Every thread of every op runs these, in phases on the op's critical path (ncu: a
+// 5 MB op's warps issue ~1600 instructions each, nearly all of them once, at ~1.9 per cycle per SM).
 __device__ __forceinline__ int div_pos(int a, int d) { return (d & (d - 1)) == 0 ? a >> (__ffs(d) - 1) : a / d; }
 
 // 1 / d, exact where d is a power of two (its bit pattern), else rounded
