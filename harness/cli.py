@@ -198,7 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--case", default="", help="case name or id (default: the suite's first case)")
     sp.add_argument("--suite", default=None, help="suite to look the case up in (default: pusht on GPU)")
     sp.add_argument("--set", default="basic", choices=["basic", "detailed", "full"], help="ncu section set")
-    sp.add_argument("--metrics", action="append", help="extra ncu metrics, comma-separated")
+    sp.add_argument("--metrics", action="append", help="extra ncu metrics, comma-separated (kept in the csv)")
+    sp.add_argument("--cache-control", default="all", choices=["all", "none"],
+                    help="all: every kernel from flushed caches (ncu's default, as `cold`); none: caches as the "
+                         "previous pass left them, as inside a whole model (report named ...-warm)")
     sp.add_argument("--range", action="append", help="a range the variant opens inside the case (e.g. one U-Net "
                                                       "layer of unet1d.kernels: down1.res0.conv1); nested if repeated")
     sp.set_defaults(fn=cmd_ncu)

@@ -125,14 +125,16 @@ def cmd_ncu(a: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     warm(s, v, case, calls=1)  # here, not under ncu: builds are cached per source hash, the child reuses them
     print(f" {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    print(f"dpk ncu: profiling {v.key} on {case.id} under ncu (--set {a.set})", file=sys.stderr, flush=True)
+    print(f"dpk ncu: profiling {v.key} on {case.id} under ncu (--set {a.set}, --cache-control {a.cache_control})",
+          file=sys.stderr, flush=True)
     extra = [f"--kernels-dir={d}" for d in a.kernels_dir or []] + [f"--suites-dir={d}" for d in a.suites_dir or []]
     out_dir = paths.results_dir(a.results_dir) / "ncu"
     report, kernels, summary = ncu.run_profile(v.family, v.name, case.id, out_dir, a.set, split_csv(a.metrics),
-                                               extra, inner=split_csv(a.range))
+                                               extra, inner=split_csv(a.range), cache_control=a.cache_control)
     print(render(kernels, list(kernels.columns), max_width=70))
     harness_us = _stored_cold_median(a, s, v.family, v.name, case.id)
-    summary |= {"family": v.family, "variant": v.name, "case": case.id, "cold_median_us": harness_us,
+    summary |= {"family": v.family, "variant": v.name, "case": case.id, "cache_control": a.cache_control,
+                "cold_median_us": harness_us,
                 "ncu_over_cold": summary["ncu_duration_us"] / harness_us if harness_us else float("nan")}
     pd.DataFrame([summary]).to_csv(report.with_suffix(".summary.csv"), index=False)
     print("\n" + "\n".join(f"{k}: {x:.4g}" if isinstance(x, float) else f"{k}: {x}" for k, x in summary.items()))

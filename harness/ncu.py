@@ -5,7 +5,9 @@ torch.compile compilation fills its cache there, with progress shown, instead of
 under the profiler). The child process (`dpk once`) warms the variant up outside any dpk range, then makes
 exactly one call inside `family > variant > case`, so `--nvtx-include dpk@family/variant/case/` profiles that call's
 kernels and nothing else (not the reference, the inputs, or the warm-up). ncu's default
-`--cache-control all` flushes caches before each kernel, which matches dpk's `cold` mode. Clocks are
+`--cache-control all` flushes caches before each kernel (code included), which matches dpk's `cold` mode
+for a one-kernel call; `none` leaves them as the previous pass left them (the report is named `...-warm`):
+what a kernel inside a whole forward or a denoising loop sees of its code and small operands. Clocks are
 left alone (`--clock-control none`): by default ncu locks them to base, which makes durations longer
 than what `dpk bench` measures at boost clocks.
 """
@@ -45,21 +47,30 @@ def ncu_binary() -> str:
     return found
 
 
+CACHE_CONTROL = ("all", "none")
+
+
 def profile_command(ncu: str, family: str, variant: str, case_id: str, report: Path, section_set: str,
-                    extra_metrics: list[str], dpk_args: list[str], inner: Sequence[str] = ()) -> list[str]:
+                    extra_metrics: list[str], dpk_args: list[str], inner: Sequence[str] = (),
+                    cache_control: str = "all") -> list[str]:
+    if cache_control not in CACHE_CONTROL:
+        raise ValueError(f"cache control {cache_control!r}: expected one of {', '.join(CACHE_CONTROL)}")
     metrics = ",".join([*METRICS, *extra_metrics])
     return [ncu, "--nvtx", "--nvtx-include", ncu_filter(family, variant, case_id, inner), "--clock-control", "none",
+            "--cache-control", cache_control,
             "--set", section_set, "--metrics", metrics, "--force-overwrite", "--export", str(report),
             sys.executable, "-m", "dpk", "once", family, variant, "--case", case_id, *dpk_args]
 
 
-def read_raw_csv(ncu: str, report: Path) -> pd.DataFrame:
-    """One row per profiled kernel with the key metrics (base units: ns, bytes, %)."""
+def read_raw_csv(ncu: str, report: Path, extra_metrics: Sequence[str] = ()) -> pd.DataFrame:
+    """One row per profiled kernel with the key metrics and the extra ones asked for, under their own names
+    (base units: ns, bytes, %)."""
     out = subprocess.run([ncu, "--import", str(report), "--csv", "--page", "raw", "--print-units", "base"],
                          capture_output=True, text=True, check=True).stdout
     raw = pd.read_csv(io.StringIO(out))
     raw = raw[pd.to_numeric(raw["ID"], errors="coerce").notna()]  # drop the units row
-    keep = {"Kernel Name": "kernel", **{m: c for m, c in METRICS.items() if m in raw.columns}}
+    named = {**METRICS, **{m: m for m in extra_metrics if m not in METRICS}}
+    keep = {"Kernel Name": "kernel", **{m: c for m, c in named.items() if m in raw.columns}}
     df = raw[list(keep)].rename(columns=keep)
     for col in df.columns:
         if col != "kernel":
@@ -83,7 +94,7 @@ def _echo(line: str) -> None:
 
 def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_set: str = "basic",
                 extra_metrics: list[str] | None = None, dpk_args: list[str] | None = None,
-                echo: Callable[[str], None] = _echo, inner: Sequence[str] = ()
+                echo: Callable[[str], None] = _echo, inner: Sequence[str] = (), cache_control: str = "all"
                 ) -> tuple[Path, pd.DataFrame, dict[str, float]]:
     """Run ncu on a child `dpk once`, passing each line ncu and the child print to `echo` as it comes (ncu's
     `==PROF==` progress), then read the report's kernels."""
@@ -92,9 +103,10 @@ def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_
                            "(its ranges are no-ops): pip install nvtx")
     ncu = ncu_binary()
     out_dir.mkdir(parents=True, exist_ok=True)
-    report = out_dir / f"{'-'.join([family, variant, case_id, *inner])}.ncu-rep"
+    warm = ["warm"] if cache_control == "none" else []
+    report = out_dir / f"{'-'.join([family, variant, case_id, *inner, *warm])}.ncu-rep"
     cmd = profile_command(ncu, family, variant, case_id, report, section_set, extra_metrics or [], dpk_args or [],
-                          inner)
+                          inner, cache_control)
     tail: collections.deque[str] = collections.deque(maxlen=15)
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1) as proc:
         assert proc.stdout is not None
@@ -103,7 +115,7 @@ def run_profile(family: str, variant: str, case_id: str, out_dir: Path, section_
             echo(tail[-1])
     if proc.returncode or not report.exists():
         raise RuntimeError(f"ncu failed (exit {proc.returncode}):\n" + "\n".join(tail))
-    kernels = read_raw_csv(ncu, report)
+    kernels = read_raw_csv(ncu, report, extra_metrics or [])
     if kernels.empty:
         raise RuntimeError(f"ncu profiled no kernel inside {ncu_filter(family, variant, case_id, inner)}")
     kernels.to_csv(report.with_suffix(".csv"), index=False)

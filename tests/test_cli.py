@@ -4,9 +4,12 @@ from __future__ import annotations
 import os
 import re
 import sys
+from pathlib import Path
 
+import pandas as pd
 import pytest
 
+import dpk.ncu
 from dpk import cli, results, runner, timing
 
 from .conftest import DEVICE, ROOT, TOY_KERNELS, TOY_SUITES, toy_copy
@@ -165,12 +168,12 @@ FAKE_NCU = """\
 import os, subprocess, sys
 args = sys.argv[1:]
 if "--import" in args:
-    print('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum"')
-    print('"","","ns","byte","byte"')
-    print('"0","toy_kernel","2000","4096","1024"')
+    print('"ID","Kernel Name","gpu__time_duration.sum","dram__bytes_read.sum","dram__bytes_write.sum","smsp__x.ratio"')
+    print('"","","ns","byte","byte",""')
+    print('"0","toy_kernel","2000","4096","1024","1.5"')
     sys.exit(0)
 with open(os.environ["DPK_TOY_CALL_LOG"], "a") as log:
-    log.write(f"ncu {{os.getpid()}}\\n")
+    log.write(f"ncu {{os.getpid()}} {{' '.join(args)}}\\n")
 print("==PROF== Connected to process", flush=True)
 export = args.index("--export")
 subprocess.run(args[export + 2:], check=True)
@@ -206,9 +209,8 @@ def test_ncu_without_nvtx_names_the_missing_package(monkeypatch, tmp_path):
         dpk.ncu.run_profile("toy", "torch", "m7_n13.fp32", tmp_path)
 
 
-def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, monkeypatch, capsys):
-    """`dpk ncu` calls the variant once in its own process (where a CUDA build fills the cache, with progress) and
-    only then runs ncu, whose lines it passes on as they come; the child under ncu reuses what was built."""
+def _fake_ncu(tmp_path, monkeypatch) -> tuple[list[str], Path]:
+    """The toy family with a `logged` variant and the fake ncu on PATH: (dpk ncu's common arguments, call log)."""
     kernels = toy_copy(tmp_path / "side") / "kernels"
     (kernels / "toy" / "logged.py").write_text(LOGGED_VARIANT)
     (tmp_path / "bin").mkdir()
@@ -219,8 +221,15 @@ def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, 
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("DPK_TOY_CALL_LOG", str(log))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    assert cli.main(["ncu", "toy", "logged", "--case", "m7_n13", "--kernels-dir", str(kernels),
-                     "--suites-dir", str(TOY_SUITES), "--results-dir", str(tmp_path / "res")]) == 0
+    return ["ncu", "toy", "logged", "--case", "m7_n13", "--kernels-dir", str(kernels), "--suites-dir",
+            str(TOY_SUITES), "--results-dir", str(tmp_path / "res")], log
+
+
+def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, monkeypatch, capsys):
+    """`dpk ncu` calls the variant once in its own process (where a CUDA build fills the cache, with progress) and
+    only then runs ncu, whose lines it passes on as they come; the child under ncu reuses what was built."""
+    args, log = _fake_ncu(tmp_path, monkeypatch)
+    assert cli.main(args) == 0
     events = log.read_text().splitlines()
     assert events[0] == f"call {os.getpid()}" and events[1].startswith("ncu ")  # prepared here, then profiled
     assert len(events) == 2 + 4 and all(e.startswith("call ") and e != events[0] for e in events[2:])  # child
@@ -230,3 +239,19 @@ def test_ncu_builds_the_variant_before_profiling_and_streams_progress(tmp_path, 
     assert "ran toy.logged on m7_n13.fp32 1x inside dpk@toy/logged/m7_n13.fp32/" in err  # the child's output
     assert "toy_kernel" in out and "ncu_duration_us: 2" in out
     assert (tmp_path / "res" / "ncu" / "toy-logged-m7_n13.fp32.summary.csv").exists()
+    assert "--cache-control all" in events[1]  # ncu's default, stated: every kernel from flushed caches
+
+
+def test_ncu_warm_caches_and_extra_metrics(tmp_path, monkeypatch):
+    """`--cache-control none` reaches ncu and names the report apart (a flushed one is not overwritten); metrics
+    asked for with `--metrics` are kept in the kernels csv under their own names."""
+    args, log = _fake_ncu(tmp_path, monkeypatch)
+    assert cli.main([*args, "--cache-control", "none", "--metrics", "smsp__x.ratio"]) == 0
+    call = next(e for e in log.read_text().splitlines() if e.startswith("ncu "))
+    assert "--cache-control none" in call and "smsp__x.ratio" in call
+    out = tmp_path / "res" / "ncu"
+    assert (out / "toy-logged-m7_n13.fp32-warm.ncu-rep").exists()
+    assert pd.read_csv(out / "toy-logged-m7_n13.fp32-warm.csv")["smsp__x.ratio"].tolist() == [1.5]
+    assert pd.read_csv(out / "toy-logged-m7_n13.fp32-warm.summary.csv")["cache_control"].tolist() == ["none"]
+    with pytest.raises(ValueError, match="cache control 'some'"):
+        dpk.ncu.profile_command("ncu", "toy", "logged", "m7_n13.fp32", out / "r", "basic", [], [], (), "some")
