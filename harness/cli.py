@@ -14,6 +14,7 @@ from .caveats import engine_caveats
 from .cli_tools import cmd_env, cmd_ncu, cmd_ncu_filter, cmd_once, cmd_report, selection_of, session_of, split_csv
 from .compare import CompareConfig, compare_runs, different_environments
 from .env import fingerprint
+from .ncu import CACHE_CONTROL
 from .registry import unavailable_reason
 from .results import RunWriter, resolve_run
 from .table import BENCH_COLUMNS, CHECK_COLUMNS, COMPARE_COLUMNS, render
@@ -199,7 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--suite", default=None, help="suite to look the case up in (default: pusht on GPU)")
     sp.add_argument("--set", default="basic", choices=["basic", "detailed", "full"], help="ncu section set")
     sp.add_argument("--metrics", action="append", help="extra ncu metrics, comma-separated (kept in the csv)")
-    sp.add_argument("--cache-control", default="all", choices=["all", "none"],
+    sp.add_argument("--cache-control", default="all", choices=CACHE_CONTROL,
                     help="all: every kernel from flushed caches (ncu's default, as `cold`); none: caches as the "
                          "previous pass left them, as inside a whole model (report named ...-warm)")
     sp.add_argument("--range", action="append", help="a range the variant opens inside the case (e.g. one U-Net "
