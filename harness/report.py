@@ -177,16 +177,18 @@ def _header(run: Run) -> list[str]:
 
 
 def combined(runs: Sequence[Run]) -> pd.DataFrame:
-    """The rows of several runs of one machine, each family from one run only (its speedups are that run's)."""
+    """The rows of several runs of one machine, each case of a family from one run only (its speedups are that
+    run's): e.g. a family's B = 1 run beside its B = 8 run."""
     machines = {r.fingerprint.get("machine") for r in runs}
     if len(machines) != 1:
         raise ValueError(f"runs of different machines ({', '.join(sorted(map(str, machines)))}): report them apart")
-    seen: dict[str, str] = {}
+    seen: dict[tuple[str, str], str] = {}
     for r in runs:
-        for fam in dict.fromkeys(r.df.family):
-            if fam in seen:
-                raise ValueError(f"family {fam!r} is in runs {seen[fam]} and {r.run_id}: report them apart")
-            seen[fam] = r.run_id
+        for fam, case in dict.fromkeys(zip(r.df.family, r.df.case)):
+            if (fam, case) in seen:
+                raise ValueError(f"case {case!r} of family {fam!r} is in runs {seen[fam, case]} and {r.run_id}: "
+                                 "report them apart")
+            seen[fam, case] = r.run_id
     return pd.concat([r.df for r in runs], ignore_index=True)
 
 

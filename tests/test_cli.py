@@ -58,9 +58,20 @@ def test_bench_show_compare_round_trip(tmp_path, capsys, monkeypatch):
     assert cli.main(["show", "latest", "--results-dir", str(tmp_path)]) == 0
     assert cli.main(["compare", "latest~1", "latest", "--results-dir", str(tmp_path), "--all"]) in (0, 1)
     assert "A = " in capsys.readouterr().out
-    # several runs make one report only when each family comes from one of them
+    # several runs make one report only when each case comes from one of them
     assert cli.main(["report", "latest~1", "latest", "--results-dir", str(tmp_path)]) == 2
-    assert "family 'toy' is in runs" in capsys.readouterr().err
+    assert "case 'm7_n13.fp32' of family 'toy' is in runs" in capsys.readouterr().err
+
+
+def test_report_of_one_family_from_runs_of_other_cases(tmp_path):
+    """One family's runs of disjoint cases (e.g. B = 1 and B = 8) make one report holding the rows of both."""
+    for case in ("m7_n13", "m64_n300"):
+        assert cli.main(["bench", "--family", "toy", "--variant", "torch,rowsum", "--case", case, "--mode", "hot",
+                         "--budget", "0.02", "--no-size-copy", "--results-dir", str(tmp_path), *TOY]) == 0
+    out = tmp_path / "rep"
+    assert cli.main(["report", "latest~1", "latest", "--results-dir", str(tmp_path), "--out", str(out)]) == 0
+    text = (out / "report.md").read_text()
+    assert text.count("## toy") == 1 and "m7_n13.fp32" in text and "m64_n300.fp32" in text
 
 
 def test_bench_without_size_copy_leaves_its_columns_empty(tmp_path):
