@@ -7,7 +7,8 @@
   - EMA weights preferred over the training weights (and the fallback when there are none);
   - the config inferred from shapes alone (n_groups assumed 8, with a note) and from stored settings;
   - a real diffusion_policy checkpoint (dill + OmegaConf cfg, tests/data, written by this file's __main__)
-    loads without dill or omegaconf; a cfg of a class that cannot be imported degrades to stand-ins;
+    loads with omegaconf and without it (hidden), never needing dill; a cfg of a class that cannot be imported
+    degrades to stand-ins;
   - LeRobot's key names map to upstream ones and back;
   - bad input names the problem: missing / unexpected / misshaped keys, a wrong folder, an unknown extension,
     a .ckpt without state_dicts, config.json or cfg values that disagree with the tensor shapes, bad hints.
@@ -162,7 +163,23 @@ def write_fixture() -> None:
                                  pickle_module=dill)
 
 
-def test_real_dill_omegaconf_checkpoint():
+HAS_OMEGACONF = importlib.util.find_spec("omegaconf") is not None
+
+
+def hide_omegaconf(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `import omegaconf` fail in this test, as on a machine without it."""
+    for name in [m for m in sys.modules if m == "omegaconf" or m.startswith("omegaconf.")] + ["omegaconf"]:
+        monkeypatch.setitem(sys.modules, name, None)
+    for sub in ("dictconfig", "listconfig", "nodes", "base"):
+        monkeypatch.setitem(sys.modules, f"omegaconf.{sub}", None)
+
+
+@pytest.mark.parametrize("with_omegaconf", [True, False], ids=["omegaconf", "no_omegaconf"])
+def test_real_dill_omegaconf_checkpoint(with_omegaconf, monkeypatch):
+    if with_omegaconf and not HAS_OMEGACONF:
+        pytest.skip("omegaconf is not installed (pip install -e '.[dev]' brings it)")
+    if not with_omegaconf:
+        hide_omegaconf(monkeypatch)
     for prefer_ema, offset in ((True, 5), (False, 0)):
         loaded = C.load_checkpoint(FIXTURE, prefer_ema=prefer_ema)
         assert loaded.config == FIXTURE_CONFIG  # n_groups=4 comes from cfg.policy, not from the default
@@ -170,8 +187,8 @@ def test_real_dill_omegaconf_checkpoint():
         want = fixture_weights(FIXTURE_CONFIG, offset)
         assert set(loaded.state_dict) == set(want)
         assert all(torch.equal(loaded.state_dict[k], v) for k, v in want.items())
-    if importlib.util.find_spec("omegaconf") is None:
-        assert any("omegaconf.dictconfig.DictConfig" in n for n in loaded.notes)
+    # without omegaconf the cfg's nodes are stand-ins (named in the notes); with it they are real DictConfigs
+    assert any("omegaconf.dictconfig.DictConfig" in n for n in loaded.notes) == (not with_omegaconf)
 
 
 def _gone_module_cfg(tmp_path: Path, content: dict | None) -> Path:
@@ -226,7 +243,7 @@ def test_lowdim_cfg_layout(tmp_path):
     assert any(n.startswith("cfg policy.model.input_dim = '${eval:") and n.endswith("not used") for n in loaded.notes)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("omegaconf") is None, reason="omegaconf is not installed")
+@pytest.mark.skipif(not HAS_OMEGACONF, reason="omegaconf is not installed (pip install -e '.[dev]' brings it)")
 def test_omegaconf_cfg_read_with_omegaconf(tmp_path):
     config = CONFIGS["k5_bias_3lvl_odd_g4"]
     cfg = F.diffusion_policy_cfg(config, omegaconf=True)
