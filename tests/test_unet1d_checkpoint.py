@@ -167,11 +167,10 @@ HAS_OMEGACONF = importlib.util.find_spec("omegaconf") is not None
 
 
 def hide_omegaconf(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make `import omegaconf` fail in this test, as on a machine without it."""
-    for name in [m for m in sys.modules if m == "omegaconf" or m.startswith("omegaconf.")] + ["omegaconf"]:
+    """Make `import omegaconf` (and of its submodules, imported already or not) fail in this test, as on a machine
+    without it."""
+    for name in {"omegaconf", *(m for m in sys.modules if m.startswith("omegaconf."))}:
         monkeypatch.setitem(sys.modules, name, None)
-    for sub in ("dictconfig", "listconfig", "nodes", "base"):
-        monkeypatch.setitem(sys.modules, f"omegaconf.{sub}", None)
 
 
 @pytest.mark.parametrize("with_omegaconf", [True, False], ids=["omegaconf", "no_omegaconf"])
