@@ -8,6 +8,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "fast_math.cuh"  // kernels/_cuda/
 #include "gn_mish_plan.cuh"
 
 namespace gn_mish::detail {
@@ -92,26 +93,11 @@ struct Pack<__half, 8> : Pack16x8<__half> {};
 template <>
 struct Pack<__nv_bfloat16, 8> : Pack16x8<__nv_bfloat16> {};
 
-// 1/x to ~1 ulp with one MUFU.RCP (no range fix-ups): for counts and for m + 2 >= 2 below.
-__device__ __forceinline__ float fast_rcp(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
-// 1/sqrt(x) with one MUFU.RSQ (x = var + eps >= eps: never denormal).
-__device__ __forceinline__ float fast_rsqrt(float x) {
-  float r;
-  asm("rsqrt.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
-
-// 2^x with one MUFU.EX2; results below 2^-126 flush to 0 (mish's factor then is 0, y = -0: below any atol).
-__device__ __forceinline__ float fast_exp2(float x) {
-  float r;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
+// one-MUFU rcp, rsqrt and exp2 (kernels/_cuda/fast_math.cuh); exp2 results below 2^-126 flush to 0: mish's factor
+// then is 0, y = -0, below any atol
+using dpk_math::fast_exp2;
+using dpk_math::fast_rcp;
+using dpk_math::fast_rsqrt;
 
 // mish(z) = z * tanh(softplus(z)) = z * m / (m + 2), m = e^z (e^z + 2): no cancellation for z << 0, and e^z is
 // clamped at e^20 (PyTorch's softplus threshold), where m / (m + 2) = 1 - 2/m rounds to 1 (within rcp's ulp), so

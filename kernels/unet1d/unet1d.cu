@@ -36,6 +36,7 @@
 #include <stdint.h>
 
 #include "async_copy.cuh"
+#include "fast_math.cuh"
 #include "grid_dependency.cuh"
 #include "unet1d.h"
 
@@ -92,18 +93,12 @@ __device__ __forceinline__ float inv_pos(int d) {
     return (d & (d - 1)) == 0 ? __int_as_float((127 - (__ffs(d) - 1)) << 23) : 1.0f / static_cast<float>(d);
 }
 
-__device__ __forceinline__ float rcp_approx(float x) {
-    float r;
-    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-    return r;
-}
-
 // mish(v) = v tanh(softplus(v)) = v n / (n + 2), n = e^v (e^v + 2). Branch-free: e^v's argument is clamped at 15,
 // where n / (n + 2) is already 1 in fp32 (1 - 2e-13), so v > 15 gives v; n + 2 >= 2 needs no range check.
 __device__ __forceinline__ float mish(float v) {
     const float e = __expf(fminf(v, 15.0f));
     const float n = e * (e + 2.0f);
-    return v * (n * rcp_approx(n + 2.0f));
+    return v * (n * dpk_math::fast_rcp(n + 2.0f));
 }
 
 // sum over each aligned group of n lanes (n a power of two up to 32), every lane of the group getting it
@@ -678,7 +673,7 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
     const bool partials = !rider && op.stat_out != nullptr &&
                           (op.nseg == 1 || div_pos(static_cast<int>(blockIdx.x), op.batch_grid) < op.seg[1].cta0);
     const int n = partials ? op.stat_out_n : 1, nsh = __ffs(n) - 1;
-    const float inv_n = __int_as_float((127 - nsh) << 23);  // 1 / n exactly
+    const float inv_n = inv_pos(n);  // exact: n is a power of two
     const int end = partials ? (rc * lo + 31) & ~31 : rc * lo;
     for (int i = tid; i < end; i += T) {
         const int r = div_pos(i, lo), j = i - r * lo, co = row0 + r;
