@@ -24,6 +24,16 @@ def test_compiles_for_sm90_without_torch(source):
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+HEADERS = sorted(p for ext in ("cuh", "h") for p in (ROOT / "kernels").glob(f"*/*.{ext}"))
+
+
+@pytest.mark.parametrize("header", HEADERS, ids=[f"{p.parent.name}/{p.name}" for p in HEADERS])
+def test_headers_keep_torch_out(header):
+    """The kernel files' headers (compiled by the check above through their .cu) include no torch header either."""
+    text = header.read_text()
+    assert "torch/" not in text and "ATen/" not in text, f"{header.name} includes torch headers"
+
+
 def test_there_are_cuda_sources():
     assert SOURCES, "no kernels/*/*.cu found"
 

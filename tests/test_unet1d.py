@@ -216,9 +216,9 @@ def test_plans_respect_the_kernel(session, name, batch, form, wdtype):
 
 @pytest.mark.parametrize("simt", [0, 1])
 def test_weight_packing_is_the_kernels_layout(simt):
-    """pack_weight puts each weight where unet1d.cu reads it: the SIMT form's thread (pair g, channel c) reads its
-    2 K weights contiguously at ((g cb + c) 2 + row) K + tap of the stage; a tensor-core lane reads (row, channel
-    c % 4 and c % 4 + 4) of one tap as one float2. unpack_weight inverts it, padding included."""
+    """pack_weight puts each weight where unet1d_stages.cuh reads it: the SIMT form's thread (pair g, channel c)
+    reads its 2 K weights contiguously at ((g cb + c) 2 + row) K + tap of the stage; a tensor-core lane reads (row,
+    channel c % 4 and c % 4 + 4) of one tap as one float2. unpack_weight inverts it, padding included."""
     s = PLAN.Segment(rows=7, cin=13, k=3, out=PLAN.Buf("y"), ob=0, oc=0, ol=0, l_out=4, rc=8, cb=8, nstages=2,
                      ncta=1, nb=1, simt=simt)
     w = torch.arange(7 * 13 * 3, dtype=torch.float64).reshape(7, 13, 3) + 1

@@ -27,7 +27,7 @@ STAGE_TARGET = 24 * 1024  # a warp's share of a stage must outweigh the stage's 
 STAGE_MIN = 4 * 1024
 RING_WANT = 3
 SMS = 132
-SIMT_RPT = 2  # rows per thread of the SIMT form (unet1d.cu run_segment_simt)
+SIMT_RPT = 2  # rows per thread of the SIMT form (unet1d_stages.cuh run_segment_simt)
 SIMT_RC_MAX = THREADS * SIMT_RPT // 32  # rows per CTA while each row pair still has a whole warp
 
 
@@ -153,7 +153,8 @@ def _align128(n: int) -> int:
 
 
 def smem_bytes(op: Op) -> int:
-    """The kernel's shared-memory carve (unet1d.cu `carve`): barriers, stats, reduction, coefficients, ring, X."""
+    """The kernel's shared-memory carve (unet1d_device.cuh `carve`): barriers, stats, reduction, coefficients, ring,
+    X."""
     stage = max(s.stage_bytes for s in op.segs)
     red = max(s.rc * s.l_out * (2 if s.simt == 2 else 1) for s in op.segs)
     total = 128 + _align128(2 * MAX_GROUPS * 8) + _align128((op.threads // 32) * red * 4)
@@ -287,8 +288,8 @@ def simt_fits(op: Op, s: Segment) -> bool:
 
 
 def partial_outputs(seg: Segment) -> int:
-    """Consecutive outputs per GroupNorm partial that segment `seg` stores (unet1d.cu store_segment): the largest
-    power of two up to 32 that divides a CTA's rc x l_out outputs, so that no partial straddles two CTAs."""
+    """Consecutive outputs per GroupNorm partial that segment `seg` stores (unet1d_stages.cuh store_segment): the
+    largest power of two up to 32 that divides a CTA's rc x l_out outputs, so that no partial straddles two CTAs."""
     n = seg.rc * seg.l_out
     return min(32, n & -n)
 
