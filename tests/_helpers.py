@@ -1,7 +1,8 @@
 """Helpers shared by the family tests: the GPU-test marker, the U-Net walk of suites/pusht_unet.py, host builds
-of tests/cuda/."""
+of tests/cuda/, the kernel files' ptxas reports."""
 from __future__ import annotations
 
+import functools
 import importlib.util
 import subprocess
 import sys
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from dpk.build import nvcc_path, shared_include_dir
+from dpk.build import nvcc_compile_check, nvcc_path, shared_include_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 CUDA_TESTS = ROOT / "tests" / "cuda"  # C++ test programs the family tests compile with nvcc
@@ -21,6 +22,13 @@ CUDA_TESTS = ROOT / "tests" / "cuda"  # C++ test programs the family tests compi
 def gpu_test(fn):
     """GPU-only test: marked `gpu` (`pytest -m gpu` selects them), skipped without CUDA."""
     return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
+
+
+@functools.cache
+def ptxas_build(source: Path) -> subprocess.CompletedProcess:
+    """`nvcc -c` of one kernel file for sm_90 with `-Xptxas -v` (each kernel's registers, spills, shared memory),
+    once per test session: the compile check, the spill budgets and gn_mish's shared-memory bounds read one build."""
+    return nvcc_compile_check(source, extra=("-Xptxas", "-v"))
 
 
 def pusht_unet() -> types.ModuleType:

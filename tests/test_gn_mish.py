@@ -21,7 +21,7 @@ from dpk.build import nvcc_path
 from dpk.cases import load_suite_file
 from dpk.tolerance import unit_roundoff
 
-from ._helpers import CUDA_TESTS, ROOT, gpu_test, nvcc_build, pusht_unet
+from ._helpers import CUDA_TESTS, ROOT, gpu_test, nvcc_build, ptxas_build, pusht_unet
 
 FAMILY = "gn_mish"
 HOST_FLAGS = ["-O2", "-std=c++17"]  # tests/cuda/gn_mish_plan_*.cu: the planner built for the host
@@ -397,13 +397,13 @@ def test_planner_covers_every_vector_once(suites, registry, tmp_path):
 
 
 @pytest.mark.skipif(nvcc_path() is None, reason="nvcc not found")
-def test_static_shared_memory_within_the_planner_bounds(tmp_path):
+def test_static_shared_memory_within_the_planner_bounds():
     """Every kernel's static shared memory (ptxas, sm_90) stays within the bound the planner subtracts from the opt-in
     maximum before sizing dynamic shared memory (a larger static part makes cudaFuncSetAttribute refuse the size and
     the launch fail). One extern array's alignment pads every kernel of the file: tier 3's first __align__(128) put
     the cluster kernel at 768 B, past kStaticSmemBound = 672, and 3 tier-1 GPU tests failed to launch."""
-    run = nvcc_build(tmp_path / "gn_mish.o", [ROOT / "kernels" / FAMILY / "gn_mish.cu"],
-                     ["-c", "-std=c++17", "-arch=sm_90", "-O3", "-Xptxas", "-v"], FAMILY, timeout=900)
+    run = ptxas_build(ROOT / "kernels" / FAMILY / "gn_mish.cu")
+    assert run.returncode == 0, run.stderr[-3000:]
     plan = (ROOT / "kernels" / FAMILY / "gn_mish_plan_base.cuh").read_text()
     bound = {name: int(re.search(rf"constexpr int {name} = (\d+);", plan).group(1))
              for name in ("kStaticSmemBound", "kPersistentStaticSmem", "kSpreadStaticSmem")}
