@@ -55,7 +55,7 @@ import torch
 from .clocks import ClockTrace, nvml_for
 from .registry import Unavailable
 from .stats import Stats, summarize
-from .timing_aids import Side, capture_graph, flush_buffer, host_probe_s, sm_hz, to_host
+from .timing_aids import Side, capture_graph, flush_cache, host_probe_s, sm_hz, to_host
 
 TIMING_ENGINE = 4  # stored in each run's fingerprint; a change to what a sample measures bumps it (caveats.py)
 MODES = ("cold", "hot", "graph")
@@ -110,11 +110,7 @@ class Timer:
             torch.cuda.synchronize(self.device)
 
     def _flush(self) -> None:
-        buf, sink = flush_buffer(self.device)
-        if self.cuda:
-            torch.sum(buf, dim=0, out=sink)  # every line read allocates in L2: all of it is replaced, clean
-        else:
-            buf.add_(1)  # read-modify-write: large CPU memsets use non-temporal stores that bypass the cache
+        flush_cache(self.device)
 
     def first_call(self, fn: Callable[[], Any]) -> float:
         """Wall time of the very first call (JIT builds, torch.compile, autotuning), synchronized."""

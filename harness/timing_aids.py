@@ -39,6 +39,15 @@ def flush_buffer(device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     return buf, torch.empty((), dtype=torch.float32, device=device)
 
 
+def flush_cache(device: torch.device) -> None:
+    """Flush the device's L2 (a CPU's last-level cache) by reading a buffer twice its size, queued on the stream."""
+    buf, sink = flush_buffer(device)
+    if device.type == "cuda":
+        torch.sum(buf, dim=0, out=sink)  # every line read allocates in L2: all of it is replaced, clean
+    else:
+        buf.add_(1)  # read-modify-write: large CPU memsets use non-temporal stores that bypass the cache
+
+
 def flush_bytes(device: torch.device) -> int:
     buf, _ = flush_buffer(device)
     return buf.numel() * buf.element_size()

@@ -4,7 +4,10 @@
 
 Per op: its start after the forward's first op, the median over its CTAs of each phase's end (us after the
 op's first CTA started: weights requested, dependency met, sources in, statistics, transform, first stage
-landed, all stages done) and its span. Runs after a warm-up; the last of `--runs` forwards is printed.
+landed, all stages done) and its span. Runs after a warm-up; the last of `--runs` forwards is printed. Each
+forward is replayed from a CUDA graph, as kernels_graph runs it (`--direct`: launched from the host, whose launch
+cost paces the first ops; `--forwards N`: N back to back in the graph, the last traced), with L2 as the previous
+forward left it (`--flush`: flushed first, as a cold row).
 DPK_UNET1D_PDL=0 chains the ops by plain stream order (no op's CTAs start before its predecessor has finished).
 """
 from __future__ import annotations
@@ -24,11 +27,15 @@ def main(argv: list[str] | None = None) -> int:
 
     from dpk.runner import Session
     from dpk.table import render
+    from dpk.timing_aids import flush_cache
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--case", required=True)
     p.add_argument("--suite", default="pusht")
     p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--direct", action="store_true", help="launch each op from the host instead of a graph")
+    p.add_argument("--flush", action="store_true", help="flush L2 before each traced forward")
+    p.add_argument("--forwards", type=int, default=1, help="forwards back to back in the graph; the last is traced")
     a = p.parse_args(argv)
     s = Session()
     case = s.find_case("unet1d", a.case, a.suite)
@@ -40,7 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(3):
         prog.launch(io, ranges=False)
     torch.cuda.synchronize()
-    rows = [prog.phase_trace(io) for _ in range(a.runs)][-1]
+    flush = (lambda: flush_cache(s.device)) if a.flush else None
+    rows, elapsed = [prog.phase_trace(io, graph=not a.direct, forwards=a.forwards, before=flush)
+                     for _ in range(a.runs)][-1]
     df = pd.DataFrame(rows)
     landed = df.pop("landed")
     # release: from the last CTA's store of an op to the median CTA of the next op passing its dependency wait
@@ -49,7 +58,8 @@ def main(argv: list[str] | None = None) -> int:
     cols = list(df.columns)
     print(render(df.round(2), cols, max_width=24))
     end = df["start_us"] + df["span_us"]
-    print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage")
+    print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage; "
+          f"{elapsed:.1f} us between CUDA events around the call" + (" (all forwards)" if a.forwards > 1 else ""))
     print("\nstage s landed (median over CTAs, us after the op's first start):")
     for name, stages in zip(df["op"], landed):
         print(f"  {name:18s} {' '.join(f'{x:.1f}' for x in stages)}")
