@@ -36,6 +36,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--direct", action="store_true", help="launch each op from the host instead of a graph")
     p.add_argument("--flush", action="store_true", help="flush L2 before each traced forward")
     p.add_argument("--forwards", type=int, default=1, help="forwards back to back in the graph; the last is traced")
+    p.add_argument("--touch", default="", help="after --flush, read into L2 (a diagnostic of what the cold L2 "
+                   "costs): small (biases, GroupNorm affines, FiLM table and observation part), work (activations), "
+                   "head (the first ops' weights, up to 30 MB)")
     a = p.parse_args(argv)
     s = Session()
     case = s.find_case("unet1d", a.case, a.suite)
@@ -47,7 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     for _ in range(3):
         prog.launch(io, ranges=False)
     torch.cuda.synchronize()
-    flush = (lambda: flush_cache(s.device)) if a.flush else None
+    touched = _touched(prog, io, {x for x in a.touch.split(",") if x})
+
+    def flush() -> None:
+        flush_cache(s.device)
+        for t in touched:
+            t.sum()
+    flush = flush if a.flush else None
     rows, elapsed = [prog.phase_trace(io, graph=not a.direct, forwards=a.forwards, before=flush)
                      for _ in range(a.runs)][-1]
     df = pd.DataFrame(rows)
@@ -64,6 +73,30 @@ def main(argv: list[str] | None = None) -> int:
     for name, stages in zip(df["op"], landed):
         print(f"  {name:18s} {' '.join(f'{x:.1f}' for x in stages)}")
     return 0
+
+
+def _touched(prog: object, io: dict, what: set[str]) -> list:
+    """The tensors `--touch` reads after the flush: regions of the packed parameters that are not weights (name
+    `<op>.w<i>`), the FiLM table and io's observation part ('small'), the activations' workspace ('work'), the
+    first ops' weights ('head')."""
+    kinds = {"small", "work", "head"}
+    if what - kinds:
+        raise SystemExit(f"--touch takes {sorted(kinds)}, not {sorted(what - kinds)}")
+    out, store, head = [], prog.program.params, 30e6 / 4
+    for name, data in store.parts:
+        tail, o = name.rsplit(".", 1)[-1], store.offsets[name]
+        n = data if isinstance(data, int) else data.numel()
+        weight = tail[:1] == "w" and tail[1:].isdigit()
+        if weight and "head" in what and head > 0:
+            head -= n
+            out.append(prog.params[o:o + n])
+        if not weight and "small" in what:
+            out.append(prog.params[o:o + n])
+    if "small" in what:
+        out += [t for t in (prog.table, io.get("obs")) if t is not None]
+    if "work" in what:
+        out.append(prog.work)
+    return out
 
 
 if __name__ == "__main__":
