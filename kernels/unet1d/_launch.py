@@ -184,14 +184,12 @@ class Compiled:
         return e["out_io"]
 
     def phase_trace(self, io: dict[str, torch.Tensor], graph: bool = True, forwards: int = 1,
-                    before: Callable[[], object] | None = None) -> tuple[list[dict], float]:
+                    before: Callable[[], object] | None = None) -> list[dict]:
         """One forward with %globaltimer marks in every CTA: per op, the median over its CTAs of each phase's end
-        (us after the op's first CTA started) and the op's span; and the us between CUDA events around the call
-        (queued behind a spin, as the timing engine's rows).
-        A diagnostic: the marks cost ~0.1 us each. `graph`: the forward replayed from a CUDA graph, as
-        kernels_graph runs it; else launched from the host, whose ~5-10 us per launch can pace the first ops.
-        `forwards` > 1: that many back to back in the graph (a denoising loop's chain), the last one's marks.
-        `before` runs right before the traced call (e.g. an L2 flush)."""
+        (us after the op's first CTA started) and the op's span. A diagnostic: the marks cost ~0.1 us each.
+        `graph`: the forward replayed from a CUDA graph, as kernels_graph runs it; else launched from the host,
+        whose ~5-10 us per launch can pace the first ops. `forwards` > 1: that many back to back in the graph (a
+        denoising loop's chain), the last one's marks. `before` runs right before the traced call (an L2 flush)."""
         e = self._entry(io)
         counts = [op.grid for op in self.program.ops]
         buf = torch.zeros(sum(counts) * TRACE_POINTS, dtype=torch.int64, device=self.device)
@@ -199,18 +197,13 @@ class Compiled:
         for c, n in zip(e["ops"], counts):
             c.trace = buf.data_ptr() + base * TRACE_POINTS * 8
             base += n
-        events = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
         try:
             # the trace pointers are kernel parameters: captured into a graph of their own
             g = graph_of(lambda: self.launch(io, ranges=False), self.device, warmup=1, calls=forwards)[0] \
                 if graph else None
-            torch.cuda.synchronize(self.device)
             if before is not None:
                 before()
-            torch.cuda._sleep(200_000)  # ~100 us: the call is queued behind it, the host's submission not timed
-            events[0].record()
             g.replay() if g is not None else self.launch(io, ranges=False)
-            events[1].record()
             torch.cuda.synchronize(self.device)
         finally:
             for c in e["ops"]:
@@ -230,7 +223,7 @@ class Compiled:
                            "dep_abs_us": (start + float((rows[:, 2] - start).median()) - t_first) / 1e3,
                            "landed": landed})
             base += n
-        return out, events[0].elapsed_time(events[1]) * 1e3
+        return out
 
     def replay(self, io: dict[str, torch.Tensor]) -> torch.Tensor:
         """The whole forward as one CUDA graph, captured on first use of this input address set."""

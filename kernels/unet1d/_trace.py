@@ -7,7 +7,9 @@ op's first CTA started: weights requested, dependency met, sources in, statistic
 landed, all stages done) and its span. Runs after a warm-up; the last of `--runs` forwards is printed. Each
 forward is replayed from a CUDA graph, as kernels_graph runs it (`--direct`: launched from the host, whose launch
 cost paces the first ops; `--forwards N`: N back to back in the graph, the last traced), with L2 as the previous
-forward left it (`--flush`: flushed first, as a cold row).
+forward left it (`--flush`: flushed first, as a cold row). Beside the span, the timing engine's median of the same
+call: kernels_graph's replay (`cold` with --flush, else `hot`), the host launches (--direct), or `graph` mode's
+per-forward time of forwards captured back to back (--forwards > 1).
 DPK_UNET1D_PDL=0 chains the ops by plain stream order (no op's CTAs start before its predecessor has finished).
 """
 from __future__ import annotations
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dpk.runner import Session
     from dpk.table import render
+    from dpk.timing import Timer, TimingConfig
     from dpk.timing_aids import flush_cache
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -52,13 +55,15 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     touched = _touched(prog, io, {x for x in a.touch.split(",") if x})
 
-    def flush() -> None:
+    def flush_and_touch() -> None:
         flush_cache(s.device)
         for t in touched:
             t.sum()
-    flush = flush if a.flush else None
-    rows, elapsed = [prog.phase_trace(io, graph=not a.direct, forwards=a.forwards, before=flush)
-                     for _ in range(a.runs)][-1]
+    rows = [prog.phase_trace(io, graph=not a.direct, forwards=a.forwards, before=flush_and_touch if a.flush else None)
+            for _ in range(a.runs)][-1]
+    mode = "graph" if a.forwards > 1 else "cold" if a.flush else "hot"
+    forward = (lambda: prog.replay(io)) if not a.direct and a.forwards == 1 else (lambda: prog.launch(io, ranges=False))
+    timed = Timer(s.device, TimingConfig(budget_s=2.0)).measure(forward, mode).stats.median * 1e6
     df = pd.DataFrame(rows)
     landed = df.pop("landed")
     # release: from the last CTA's store of an op to the median CTA of the next op passing its dependency wait
@@ -67,8 +72,10 @@ def main(argv: list[str] | None = None) -> int:
     cols = list(df.columns)
     print(render(df.round(2), cols, max_width=24))
     end = df["start_us"] + df["span_us"]
-    print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage; "
-          f"{elapsed:.1f} us between CUDA events around the call" + (" (all forwards)" if a.forwards > 1 else ""))
+    what = "the host launches" if a.direct else "forwards captured back to back, per forward" if a.forwards > 1 \
+        else "kernels_graph's replay"
+    print(f"\nforward: {float(end.max()):.1f} us from the first op's start to the last op's last stage; the timing "
+          f"engine's {mode} median of {what}: {timed:.1f} us" + (" (touched data not read there)" if touched else ""))
     print("\nstage s landed (median over CTAs, us after the op's first start):")
     for name, stages in zip(df["op"], landed):
         print(f"  {name:18s} {' '.join(f'{x:.1f}' for x in stages)}")
