@@ -7,10 +7,10 @@
   - center crop as torchvision's (round half to even) and nothing outside the crop reaching the output;
     feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
   - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
-  - normalisers: upstream's affine and LeRobot's mean_std / min_max arithmetic, round trips, bad keys;
+  - normalisers: upstream's affine arithmetic, round trips, bad keys;
   - loading: diffusion_policy .ckpt (EMA preferred, shared rgb model, cfg settings or none), a policy state dict
-    in .pt / .safetensors, LeRobot folders of both config eras; None with a reason for what is not
-    implemented; missing / unexpected / misshaped keys listed.
+    in .pt / .safetensors; None with a reason for what is not implemented; missing / unexpected / misshaped keys
+    listed. LeRobot's encoder, statistics and folders: test_policy_lerobot.py.
 """
 from __future__ import annotations
 
@@ -259,7 +259,11 @@ def test_bad_inputs_name_the_problem(image, agent_pos, msg):
 @pytest.mark.parametrize(("kwargs", "msg"), [
     ({"crop_shape": (97, 84)}, r"crop_shape \(97, 84\) does not fit in the image's \(H, W\) = \(96, 96\)"),
     ({"image_shape": (4, 96, 96)}, r"image_shape must be \(3, H, W\)"),
-    ({"feature_dim": 2048}, "only ResNet-18's 512"),
+    ({"feature_dim": 2048}, r"gives 512 per image \(only ResNet-18 is implemented\)"),
+    ({"layout": "lerobot", "feature_dim": 64, "keypoints": 16}, r"lerobot layout gives 32 per image \(2 x keypoints\)"),
+    ({"norm": "batch"}, "the diffusion_policy layout is upstream's GroupNorm ResNet"),
+    ({"layout": "robomimic"}, "layout must be one of"),
+    ({"layout": "lerobot", "feature_dim": 0, "keypoints": 0}, "keypoints must be >= 1"),
     ({"n_obs_steps": 0}, "n_obs_steps must be >= 1"),
 ])
 def test_bad_configs(kwargs, msg):
@@ -305,16 +309,6 @@ def test_cuda_graph_capture_and_compile():
 DP_FIELDS = {"image": (torch.tensor([2.0]), torch.tensor([-1.0])),  # get_image_range_normalizer: [0, 1] -> [-1, 1]
              "agent_pos": (torch.tensor([0.0039, 0.0041]), torch.tensor([-1.05, -0.98])),
              "action": (torch.tensor([0.0038, 0.0042]), torch.tensor([-1.02, -0.99]))}
-LR_STATS = {"image": (torch.tensor([0.4, 0.5, 0.6]).view(3, 1, 1), torch.tensor([0.2, 0.25, 0.3]).view(3, 1, 1)),
-            "state": (torch.tensor([13.0, 32.0]), torch.tensor([496.0, 510.0])),
-            "action": (torch.tensor([12.0, 25.0]), torch.tensor([511.0, 505.0]))}
-LR_MODES = {"observation.image": "mean_std", "observation.state": "min_max", "action": "min_max"}
-
-
-def lerobot_buffers(**edits) -> dict[str, torch.Tensor]:
-    return OF.lerobot_buffers("observation.image", LR_STATS["image"], LR_STATS["state"], LR_STATS["action"]) | edits
-
-
 def test_diffusion_policy_normalizer_is_upstreams_linear_normalizer():
     sd = OF.dp_normalizer_tensors(DP_FIELDS)
     norm = N.Normalizer.from_diffusion_policy(sd)
@@ -331,23 +325,6 @@ def test_diffusion_policy_normalizer_is_upstreams_linear_normalizer():
     action = norm.unnormalize_action(naction)
     assert torch.equal(action, ((naction.reshape(-1, 2) - offset) / scale).reshape(naction.shape))
     torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
-
-
-def test_lerobot_normalizer_is_lerobots():
-    norm = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
-    assert norm.keys == ("observation.image", "observation.state", "action") and norm.source == "lerobot"
-    (mean, std), (smin, smax), (amin, amax) = LR_STATS.values()
-    image, state = torch.rand(2, 2, 3, 96, 96), torch.rand(2, 2, 2) * 512
-    nimage, nstate = norm.normalize_obs(image, state)
-    assert torch.equal(nimage, (image - mean) / (std + 1e-8))
-    assert torch.equal(nstate, (state - smin) / (smax - smin + 1e-8) * 2 - 1)
-    naction = torch.rand(3, 16, 2) * 2 - 1
-    action = norm.unnormalize_action(naction)
-    assert torch.equal(action, (naction + 1) / 2 * (amax - amin) + amin)
-    torch.testing.assert_close(norm.normalize_action(action), naction, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(norm.field("observation.image").unnormalize(nimage), image, rtol=1e-5, atol=1e-6)
-    with pytest.raises(KeyError, match="no normalizer field 'image'"):
-        norm.field("image")
 
 
 def test_identity_normalizer():
@@ -374,25 +351,9 @@ def test_normalizer_bad_keys_are_listed():
     assert f"unexpected (1): {p}action.extra" in msg
     msg = _dp_error(lambda sd: [sd.pop(k) for k in list(sd) if ".agent_pos." in k])
     assert f"missing (6): {p}agent_pos.scale, {p}agent_pos.offset" in msg
-    with pytest.raises(CheckpointError, match=r"missing \(1\): normalize_inputs.buffer_observation_image.std"):
-        N.Normalizer.from_lerobot({k: v for k, v in lerobot_buffers().items() if not k.endswith("image.std")},
-                                  LR_MODES)
-    with pytest.raises(CheckpointError, match="misshaped"):
-        N.Normalizer.from_lerobot(lerobot_buffers(**{"unnormalize_outputs.buffer_action.max": torch.ones(3)}),
-                                  LR_MODES)
-    with pytest.raises(CheckpointError, match="mode 'quantiles' of 'action' is not supported"):
-        N.Normalizer.from_lerobot(lerobot_buffers(), {**LR_MODES, "action": "quantiles"})
 
 
 UNET_MODEL = U.ConditionalUnet1D(UNET)
-NEW_ERA = {"normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
-           "input_features": {"observation.image": {"type": "VISUAL", "shape": [3, 96, 96]},
-                              "observation.state": {"type": "STATE", "shape": [2]}}}
-OLD_ERA = {"input_shapes": {"observation.image": [3, 96, 96], "observation.state": [2]},
-           "input_normalization_modes": {"observation.image": "mean_std", "observation.state": "min_max"},
-           "output_normalization_modes": {"action": "min_max"}}
-
-
 def policy_parts(enc: E.ObsEncoder, shared: bool = False) -> dict[str, torch.Tensor]:
     return OF.dp_encoder_tensors(enc, shared) | OF.dp_normalizer_tensors(DP_FIELDS)
 
@@ -493,34 +454,6 @@ def test_bare_unet_has_neither(tmp_path):
     side = L.load_observation_side(UF.save_state_dict(UNET_MODEL, tmp_path / "unet.safetensors"))
     assert side.encoder is None and "no obs_encoder.* keys" in side.encoder_reason
     assert side.normalizer is None and "no normalizer.params_dict.* keys" in side.normalizer_reason
-
-
-@pytest.mark.parametrize("era", ["new", "old", "unnamed"])
-def test_lerobot_folder_gives_the_normalizer(era, tmp_path):
-    extra = {"new": NEW_ERA, "old": OLD_ERA, "unnamed": {}}[era]
-    folder = UF.save_lerobot_folder(UNET_MODEL, tmp_path / "pretrained_model", UNET, config_extra=extra,
-                                    others=lerobot_buffers())
-    side = L.load_observation_side(folder)
-    assert side.encoder is None and "SpatialSoftmax" in side.encoder_reason and side.source == "lerobot"
-    assert side.normalizer.modes == LR_MODES
-    want = N.Normalizer.from_lerobot(lerobot_buffers(), LR_MODES)
-    image, state = torch.rand(1, 2, 3, 96, 96), torch.rand(1, 2, 2) * 500
-    assert all(torch.equal(a, b) for a, b in zip(side.normalizer.normalize_obs(image, state),
-                                                  want.normalize_obs(image, state)))
-    assert ("read from the buffers present" in " ".join(side.notes)) == (era == "unnamed")
-
-
-def test_lerobot_folders_without_a_usable_normalizer(tmp_path):
-    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "a", UNET))
-    assert side.normalizer is None and "policy_preprocessor" in side.normalizer_reason
-    two = {"input_features": {**NEW_ERA["input_features"], "observation.images.top": {"type": "VISUAL"}},
-           "normalization_mapping": NEW_ERA["normalization_mapping"]}
-    side = L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "b", UNET, config_extra=two,
-                                                          others=lerobot_buffers()))
-    assert side.normalizer is None and "one camera" in side.normalizer_reason
-    with pytest.raises(CheckpointError, match=r"missing \(1\): unnormalize_outputs.buffer_action.max"):
-        L.load_observation_side(UF.save_lerobot_folder(UNET_MODEL, tmp_path / "c", UNET, config_extra=NEW_ERA, others={
-            k: v for k, v in lerobot_buffers().items() if k != "unnormalize_outputs.buffer_action.max"}))
 
 
 def test_bad_encoder_keys_are_listed(tmp_path):

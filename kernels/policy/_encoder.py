@@ -14,6 +14,12 @@ MultiImageObsEncoder holding one rgb key and one low-dim key, in eval mode:
   - features of rgb keys first, then low-dim keys, each group in sorted key order: cat(image 512, agent_pos 2);
   - reshape (B * n_obs, 514) -> (B, n_obs * 514): frame 0's features, then frame 1's.
 The inputs are the normalised observations (the policy's LinearNormalizer runs before the encoder: _normalizer.py).
+
+`layout="lerobot"` is LeRobot's DiffusionRgbEncoder (one camera, shared encoder or one per camera: the same
+module) inside its DiffusionModel._prepare_global_conditioning, eval: center crop (torchvision's CenterCrop, the
+same box), ResNet-18 trunk (GroupNorm(C // 16) with `use_group_norm`, else BatchNorm with running statistics),
+SpatialSoftmax keypoints, Linear, ReLU (_keypoints.py): 2K features per image; per frame the state first, then the
+image features; frames flattened as above. Its image normalisation is the normaliser's (dataset mean / std).
 forward has no host syncs and no data-dependent branches, so it can be captured in a CUDA graph and compiled
 whole; the checks read shapes, dtypes and devices only.
 """
@@ -24,24 +30,29 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._resnet import FEATURE_DIM, ResNet18
+from ._keypoints import KeypointHead
+from ._resnet import FEATURE_DIM, NORMS, ResNet18, conv_output_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # upstream's imagenet_norm: torchvision Normalize with these
 IMAGENET_STD = (0.229, 0.224, 0.225)
+LAYOUTS = ("diffusion_policy", "lerobot")
 
 
 @dataclass(frozen=True)
 class EncoderConfig:
-    """One camera and one low-dim observation per frame; defaults are Push-T image's."""
+    """One camera and one low-dim observation per frame; defaults are Push-T image's (diffusion_policy's layout)."""
 
     image_shape: tuple[int, int, int] = (3, 96, 96)  # (C, H, W) of one frame
     crop_shape: tuple[int, int] | None = (84, 84)  # eval-time center crop; None: the full image
     n_obs_steps: int = 2
     low_dim: int = 2  # agent_pos
-    feature_dim: int = FEATURE_DIM  # per image: ResNet-18's 512, the only backbone here
+    feature_dim: int = FEATURE_DIM  # per image: ResNet-18's 512 (diffusion_policy); 2 keypoints (lerobot)
     imagenet_norm: bool = False
     rgb_key: str = "image"  # names in the checkpoint (state-dict keys, normalizer fields)
     low_dim_key: str = "agent_pos"
+    layout: str = "diffusion_policy"  # or "lerobot": SpatialSoftmax head, the state before the image features
+    norm: str = "group"  # the ResNet's norm: GroupNorm(C // 16), or "batch" (lerobot without use_group_norm)
+    keypoints: int = 32  # lerobot: spatial_softmax_num_keypoints
 
     def __post_init__(self) -> None:
         c, h, w = self.image_shape
@@ -51,12 +62,38 @@ class EncoderConfig:
             raise ValueError(f"crop_shape {self.crop_shape} does not fit in the image's (H, W) = {(h, w)}")
         if self.n_obs_steps < 1 or self.low_dim < 0:
             raise ValueError(f"n_obs_steps must be >= 1 and low_dim >= 0, got {self.n_obs_steps}, {self.low_dim}")
-        if self.feature_dim != FEATURE_DIM:
-            raise ValueError(f"feature_dim {self.feature_dim}: only ResNet-18's {FEATURE_DIM} is implemented")
+        if self.layout not in LAYOUTS or self.norm not in NORMS:
+            raise ValueError(f"layout must be one of {LAYOUTS} and norm one of {NORMS}, got {self.layout!r}, "
+                             f"{self.norm!r}")
+        if self.layout == "diffusion_policy" and self.norm != "group":
+            raise ValueError("the diffusion_policy layout is upstream's GroupNorm ResNet: norm 'group'")
+        if self.keypoints < 1:
+            raise ValueError(f"keypoints must be >= 1, got {self.keypoints}")
+        want = 2 * self.keypoints if self.layout == "lerobot" else FEATURE_DIM
+        if self.feature_dim != want:
+            raise ValueError(f"feature_dim {self.feature_dim}: the {self.layout} layout gives {want} per image "
+                             f"({'2 x keypoints' if self.layout == 'lerobot' else 'only ResNet-18 is implemented'})")
+
+    @classmethod
+    def lerobot(cls, **kw: object) -> EncoderConfig:
+        """LeRobot's layout and key names (Push-T: 2 frames of 3 x 96 x 96, crop 84, 32 keypoints: 132 wide)."""
+        kw = {"rgb_key": "observation.image", "low_dim_key": "observation.state", **kw}
+        return cls(layout="lerobot", feature_dim=2 * int(kw.get("keypoints", 32)), **kw)
+
+    @property
+    def name(self) -> str:
+        """The case parameter `encoder` that builds this architecture (_encoding.ENCODERS)."""
+        return "resnet18_gn" if self.layout == "diffusion_policy" else f"lerobot_resnet18_{self.norm[0]}n"
+
+    @property
+    def map_shape(self) -> tuple[int, int]:
+        """layer4's (h, w) for the (cropped) image."""
+        h, w = self.crop_shape or self.image_shape[1:]
+        return conv_output_size(h), conv_output_size(w)
 
     @property
     def frame_dim(self) -> int:
-        """Features of one frame: image features then the low-dim vector."""
+        """Features of one frame: image features and the low-dim vector (in the layout's order)."""
         return self.feature_dim + self.low_dim
 
     @property
@@ -76,18 +113,22 @@ class ObsEncoder(nn.Module):
     """(image (B, n_obs, 3, H, W), agent_pos (B, n_obs, low_dim)) -> global_cond (B, n_obs * (512 + low_dim)).
 
     `seed` initialises the backbone as torchvision does after torch.manual_seed(seed) (the global RNG is left as it
-    was); None draws from the global RNG. State-dict keys are `backbone.<torchvision resnet18 key>`.
+    was); None draws from the global RNG. State-dict keys are `backbone.<torchvision resnet18 key>`, and for
+    LeRobot's layout `head.pool.*`, `head.out.*` (_keypoints.py).
     """
 
     def __init__(self, config: EncoderConfig | None = None, seed: int | None = 0):
         super().__init__()
         self.config = config or EncoderConfig()
-        if seed is None:
-            self.backbone = ResNet18()
-        else:
-            with torch.random.fork_rng(devices=[]):
+        if self.config.layout == "lerobot" and min(self.config.map_shape) < 1:
+            raise ValueError(f"an image of {self.config.crop_shape or self.config.image_shape[1:]} leaves no "
+                             "layer4 map for the keypoints")
+        with torch.random.fork_rng(devices=[], enabled=seed is not None):
+            if seed is not None:
                 torch.manual_seed(seed)
-                self.backbone = ResNet18()
+            self.backbone = ResNet18(self.config.norm)  # then LeRobot's head, in its construction order
+            self.head = KeypointHead(*self.config.map_shape, self.config.keypoints) \
+                if self.config.layout == "lerobot" else None
         _, h, w = self.config.image_shape
         self._crop = center_crop_box(h, w, self.config.crop_shape)
         self.register_buffer("imagenet_mean", torch.tensor(IMAGENET_MEAN).view(3, 1, 1), persistent=False)
@@ -109,9 +150,12 @@ class ObsEncoder(nn.Module):
     def forward(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
         self.check_inputs(image, agent_pos)
         b, n = image.shape[:2]
-        feats = self.backbone(self.transform(image.reshape(b * n, *image.shape[2:])))
+        x = self.transform(image.reshape(b * n, *image.shape[2:]))
         low = agent_pos.reshape(b * n, self.config.low_dim)
-        frames = torch.cat([feats, low], dim=-1)  # rgb keys first, then low-dim
+        if self.head is None:
+            frames = torch.cat([self.backbone(x), low], dim=-1)  # rgb keys first, then low-dim
+        else:
+            frames = torch.cat([low, self.head(self.backbone.features(x))], dim=-1)  # LeRobot: the state first
         return frames.reshape(b, n * self.config.frame_dim)
 
     def check_inputs(self, image: torch.Tensor, agent_pos: torch.Tensor) -> None:

@@ -1,10 +1,12 @@
 """The encoder stage of a chunk: which observation encoder a case names, built once per device.
 
 `encoder: none` (the default): the chunk starts from the global conditioning. `encoder: resnet18_gn`: Diffusion
-Policy's image encoder (_encoder.py) runs first, on the (normalised) observation; its weights come from the
+Policy's image encoder (_encoder.py) runs first, on the (normalised) observation; `lerobot_resnet18_gn` /
+`lerobot_resnet18_bn`: LeRobot's (SpatialSoftmax keypoints, GroupNorm or BatchNorm ResNet). Weights come from the
 case's checkpoint (load_observation_side: an error with the reason when it holds none) or are seeded
-(`weights_seed`), with `image_size`, `crop`, `n_obs_steps` from the case (Push-T's 96, 84, 2 by default). The
-U-Net's global_cond_dim must be the encoder's width, n_obs_steps x (512 + 2).
+(`weights_seed`), with `image_size`, `crop`, `n_obs_steps`, `keypoints` from the case (Push-T's 96, 84, 2, 32 by
+default). The U-Net's global_cond_dim must be the encoder's width: n_obs_steps x (512 + 2) for Diffusion Policy's,
+n_obs_steps x (2 + 2 keypoints) for LeRobot's (132 on Push-T).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from torch import nn
 from ..unet1d._net import weights_key
 from ._encoder import EncoderConfig, ObsEncoder
 
-ENCODERS = ("none", "resnet18_gn")
+ENCODERS = ("none", "resnet18_gn", "lerobot_resnet18_gn", "lerobot_resnet18_bn")
 # every variant runs the PyTorch encoder, so its convs are TF32 wherever cuDNN's default allows it
 ENCODER_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 
@@ -79,8 +81,13 @@ _encoders: dict[tuple, Encoder] = {}
 
 def _config(params: Mapping[str, Any]) -> EncoderConfig:
     size, crop = int(params.get("image_size", 96)), params.get("crop", 84)
-    return EncoderConfig(image_shape=(3, size, size), crop_shape=None if crop is None else (int(crop), int(crop)),
-                         n_obs_steps=int(params.get("n_obs_steps", 2)))
+    kw = {"image_shape": (3, size, size), "crop_shape": None if crop is None else (int(crop), int(crop)),
+          "n_obs_steps": int(params.get("n_obs_steps", 2))}
+    name = params["encoder"]
+    if name.startswith("lerobot_"):
+        return EncoderConfig.lerobot(norm="group" if name.endswith("_gn") else "batch",
+                                     keypoints=int(params.get("keypoints", 32)), **kw)
+    return EncoderConfig(**kw)
 
 
 def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.device | None) -> Encoder | None:
@@ -100,6 +107,8 @@ def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.d
             side = load_observation_side(Path(wkey[1]))
             if side.encoder is None:
                 raise ValueError(f"policy: encoder {name}: {wkey[1]} holds no usable encoder ({side.encoder_reason})")
+            if side.encoder.config.name != name:
+                raise ValueError(f"policy: encoder {name}: {wkey[1]} holds a {side.encoder.config.name} encoder")
             module, label = side.encoder, f"{side.source}:{side.weights}"
         else:  # seeded weights (a checkpoint's, on the meta device, have the same shapes: ResNet-18's)
             with torch.device("meta") if dev.type == "meta" else contextlib.nullcontext():

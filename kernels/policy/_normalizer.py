@@ -12,6 +12,9 @@ Each field keeps the arithmetic of the code that stored it, operation for operat
             and action fitted in 'limits' mode to [-1, 1].
   mean_std  LeRobot Normalize / Unnormalize (policies/normalize.py): (x - mean) / (std + 1e-8); x * std + mean.
   min_max   LeRobot: ((x - min) / (max - min + 1e-8)) * 2 - 1; ((x + 1) / 2) * (max - min) + min.
+  range     LeRobot's processor pipelines (processor/normalize_processor.py; MIN_MAX, QUANTILES, QUANTILE10 with
+            (lo, hi) = (min, max), (q01, q99), (q10, q90)): d = hi - lo, or eps where that is 0;
+            2 * (x - lo) / d - 1; (x + 1) / 2 * d + lo. Their MEAN_STD is mean_std's arithmetic.
   identity  nothing stored (identity(), random-weight benchmarks; a LeRobot feature mapped to IDENTITY).
 Results come out in the buffers' dtype (float32), as upstream casts x to scale's dtype and LeRobot promotes.
 """
@@ -27,16 +30,23 @@ DP_PREFIX = "normalizer.params_dict."
 DP_ENTRIES = ("scale", "offset", "input_stats.min", "input_stats.max", "input_stats.mean", "input_stats.std")
 LEROBOT_INPUTS, LEROBOT_OUTPUTS = "normalize_inputs.", "unnormalize_outputs."
 LEROBOT_STATS = {"mean_std": ("mean", "std"), "min_max": ("min", "max")}
+# a processor pipeline's NormalizationMode -> (Field mode, its two statistics)
+PROCESSOR_STATS = {"MEAN_STD": ("mean_std", ("mean", "std")), "MIN_MAX": ("range", ("min", "max")),
+                   "QUANTILES": ("range", ("q01", "q99")), "QUANTILE10": ("range", ("q10", "q90"))}
 
 
 class Field(nn.Module):
     """One normalised quantity: `mode` and its two tensors (scale/offset, mean/std or min/max)."""
 
-    def __init__(self, mode: str, a: torch.Tensor | None = None, b: torch.Tensor | None = None):
+    def __init__(self, mode: str, a: torch.Tensor | None = None, b: torch.Tensor | None = None, eps: float = EPS):
         super().__init__()
-        if mode not in ("affine", "mean_std", "min_max", "identity"):
+        if mode not in ("affine", "mean_std", "min_max", "range", "identity"):
             raise ValueError(f"unknown normalisation mode {mode!r}")
-        self.mode = mode
+        self.mode, self.eps = mode, eps
+        if mode == "range":  # (lo, hi) -> (lo, d): d computed once, as the pipeline computes it per call
+            a, b = a.detach().float(), b.detach().float()
+            d = b - a
+            b = torch.where(d == 0, torch.tensor(eps, dtype=d.dtype), d)
         self.register_buffer("a", None if a is None else a.detach().float().clone())
         self.register_buffer("b", None if b is None else b.detach().float().clone())
 
@@ -45,9 +55,11 @@ class Field(nn.Module):
         if self.mode == "affine":
             return (x.reshape(-1, a.shape[0]) * a + b).reshape(x.shape)
         if self.mode == "mean_std":
-            return (x - a) / (b + EPS)
+            return (x - a) / (b + self.eps)
         if self.mode == "min_max":
-            return (x - a) / (b - a + EPS) * 2 - 1
+            return (x - a) / (b - a + self.eps) * 2 - 1
+        if self.mode == "range":
+            return 2 * (x - a) / b - 1
         return x
 
     def unnormalize(self, x: torch.Tensor) -> torch.Tensor:
@@ -58,6 +70,8 @@ class Field(nn.Module):
             return x * b + a
         if self.mode == "min_max":
             return (x + 1) / 2 * (b - a) + a
+        if self.mode == "range":
+            return (x + 1) / 2 * b + a
         return x
 
 
@@ -151,6 +165,39 @@ class Normalizer(nn.Module):
                     problems["misshaped"].append(f"{base}{names[1]} ({shapes})")
                 fields[key] = Field(mode, a, b)
         key_problems(problems, "LeRobot normalisation buffers do not fit")
+        return cls(fields, image_key, state_key, action_key, "lerobot")
+
+
+    @classmethod
+    def from_lerobot_processors(cls, pre: tuple[dict, dict[str, torch.Tensor]],
+                                post: tuple[dict, dict[str, torch.Tensor]], image_key: str,
+                                state_key: str = "observation.state", action_key: str = "action") -> Normalizer:
+        """From a LeRobot processor pipeline pair: the normalizer step of the preprocessor and the unnormalizer step
+        of the postprocessor, each (its config: features {key: {type, shape}}, norm_map {type: mode}, eps; its
+        state file's tensors `<key>.<stat>`). A visual feature's (C,) statistics broadcast as (C, 1, 1)."""
+        problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
+        fields = {}
+        for key, (config, state) in ((image_key, pre), (state_key, pre), (action_key, post)):
+            feature = (config.get("features") or {}).get(key)
+            mode = str((config.get("norm_map") or {}).get((feature or {}).get("type"), "IDENTITY")).upper()
+            if feature is None or mode == "IDENTITY":
+                fields[key] = Field("identity")
+                continue
+            if mode not in PROCESSOR_STATS:
+                raise CheckpointError(f"LeRobot normalisation mode {mode!r} of {key!r} is not supported "
+                                      f"({', '.join(PROCESSOR_STATS)}, IDENTITY are)")
+            kind, names = PROCESSOR_STATS[mode]
+            problems["missing"] += [f"{key}.{n}" for n in names if f"{key}.{n}" not in state]
+            if all(f"{key}.{n}" in state for n in names):
+                a, b = (state[f"{key}.{n}"] for n in names)
+                if a.shape != b.shape:
+                    shapes = f"expected {tuple(a.shape)}, found {tuple(b.shape)}"
+                    problems["misshaped"].append(f"{key}.{names[1]} ({shapes})")
+                    continue
+                if feature.get("type") == "VISUAL" and a.dim() == 1:
+                    a, b = a.reshape(-1, 1, 1), b.reshape(-1, 1, 1)
+                fields[key] = Field(kind, a, b, eps=float(config.get("eps", EPS)))
+        key_problems(problems, "LeRobot processor statistics do not fit")
         return cls(fields, image_key, state_key, action_key, "lerobot")
 
 

@@ -7,14 +7,13 @@
 diffusion_policy .ckpt (EMA weights preferred, as unet1d's loader does) or a policy state dict: the encoder from
 `obs_encoder.key_model_map.<rgb key>.*` (_observation_formats.py), configured from cfg.policy.obs_encoder and
 shape_meta, or, without a cfg, from the keys and the U-Net's global_cond_dim with Push-T defaults (each noted); the
-normaliser from `normalizer.params_dict.*`. A LeRobot folder gives the normaliser only: LeRobot's own image
-encoder (ResNet trunk + SpatialSoftmax keypoints + Linear, state features before image features) is not
-implemented. A bare U-Net state dict has neither. What is absent comes back as None with the reason; what is
+normaliser from `normalizer.params_dict.*`. A LeRobot folder: its DiffusionRgbEncoder (ResNet trunk + SpatialSoftmax
+keypoints + Linear, the state before the image features) and its statistics (_observation_lerobot.py). A bare U-Net
+state dict has neither. What is absent comes back as None with the reason; what is
 present but does not fit (missing / unexpected / misshaped keys) raises one CheckpointError listing them.
 """
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +26,7 @@ from ..unet1d import _checkpoint_pickle as unpickle
 from . import _observation_formats as fmt
 from ._encoder import EncoderConfig, ObsEncoder
 from ._normalizer import Normalizer, key_problems
+from ._observation_lerobot import lerobot_side
 
 UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
 UNET_STEP = "model.diffusion_step_encoder.1.weight"  # (4 dsed, dsed)
@@ -47,7 +47,7 @@ def load_observation_side(path: str | Path, prefer_ema: bool = True) -> Observat
     """The encoder and normaliser stored in `path`; None (with the reason) for each the file does not hold."""
     path, notes = Path(path), []
     if path.is_dir():
-        return _lerobot_side(path, notes)
+        return lerobot_side(path, notes)
     if not path.exists():
         raise ck.CheckpointError(f"{path}: no such file or folder")
     if path.suffix not in ck.SUFFIXES:
@@ -197,55 +197,6 @@ def _load_encoder(sd: dict[str, Any], enc_keys: list[str], config: EncoderConfig
     encoder.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
     notes.append(f"encoder: {prefix}* ({len(ref)} tensors), {config}")
     return encoder.eval()
-
-
-def _lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
-    absent = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
-    if absent:
-        raise ck.CheckpointError(f"{folder}: not a LeRobot pretrained-policy folder: no {' and no '.join(absent)}")
-    try:
-        cfg = json.loads((folder / "config.json").read_text())
-    except (OSError, ValueError) as e:
-        raise ck.CheckpointError(f"{folder / 'config.json'}: not readable JSON ({e})") from None
-    sd = ck._read_safetensors(folder / "model.safetensors")
-    side = ObservationSide(None, None, "lerobot", "model.safetensors", notes=notes, encoder_reason=(
-        "LeRobot's DiffusionRgbEncoder (ResNet trunk + SpatialSoftmax keypoints + Linear, state features before "
-        "image features) is not implemented"))
-    if not any(k.startswith(fmt.LEROBOT_INPUTS) for k in sd):
-        side.normalizer_reason = ("no normalize_inputs.* buffers in model.safetensors (LeRobot releases with "
-                                  "processor pipelines keep the statistics in policy_preprocessor files, not read)")
-        return side
-    modes, image_keys = _lerobot_modes(cfg, sd, notes)
-    if len(image_keys) != 1:
-        side.normalizer_reason = f"image features {image_keys}: one camera is implemented"
-        return side
-    try:
-        side.normalizer = Normalizer.from_lerobot(sd, modes, image_key=image_keys[0])
-    except ck.CheckpointError as e:
-        raise ck.CheckpointError(f"{folder}: {e}") from None
-    return side
-
-
-def _lerobot_modes(cfg: dict, sd: dict, notes: list[str]) -> tuple[dict[str, str], list[str]]:
-    """{feature: mode} and the image feature names, from config.json (either era's fields) or the buffers."""
-    feats = {**(cfg.get("input_features") or {}), **(cfg.get("output_features") or {})}
-    mapping = cfg.get("normalization_mapping")
-    if feats and mapping:
-        modes = {k: str(mapping.get(f.get("type"), "IDENTITY")).lower() for k, f in feats.items()}
-        images = sorted(k for k, f in feats.items() if f.get("type") == "VISUAL")
-        return modes, images
-    modes = {**(cfg.get("input_normalization_modes") or {}), **(cfg.get("output_normalization_modes") or {})}
-    images = sorted(k for k in (cfg.get("input_shapes") or modes) if k.startswith("observation.image"))
-    if modes:
-        return {k: str(v).lower() for k, v in modes.items()}, images
-    notes.append("config.json names no normalisation modes: read from the buffers present")
-    found = {}
-    for key in sd:
-        m = re.match(r"^(normalize_inputs|unnormalize_outputs)\.buffer_(\w+)\.(mean|min)$", key)
-        if m:
-            name = "action" if m[2] == "action" else m[2].replace("observation_", "observation.", 1)
-            found[name] = "mean_std" if m[3] == "mean" else "min_max"
-    return found, sorted(k for k in found if k.startswith("observation.image"))
 
 
 def _cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:

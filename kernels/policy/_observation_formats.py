@@ -9,21 +9,30 @@
       cfg.policy.n_obs_steps, cfg.policy.obs_as_global_cond
       DiffusionUnetHybridImagePolicy's robomimic encoder instead holds obs_encoder.obs_nets.* (not supported).
   lerobot  (model.safetensors beside config.json)
-      normalize_inputs.buffer_<key, dots as _>.{mean,std} or .{min,max}   e.g. buffer_observation_image.mean (3,1,1)
-      unnormalize_outputs.buffer_action.{min,max}                         (normalize_targets.* holds the same)
-      diffusion.rgb_encoder.*   LeRobot's own encoder (SpatialSoftmax keypoints; not supported)
-      config.json: normalization_mapping {VISUAL, STATE, ACTION: MEAN_STD | MIN_MAX | IDENTITY} with
-      input_features / output_features types, or (older releases) input_normalization_modes /
-      output_normalization_modes by key with input_shapes.
+      diffusion.rgb_encoder.{backbone.<i>.*, pool.nets.*, pool.pos_grid, out.*}   DiffusionRgbEncoder (`.0.` after
+          rgb_encoder with use_separate_rgb_encoder_per_camera); backbone numbered as resnet18's children[:-2]
+      config.json: input_features {key: {type: VISUAL | STATE | ENV, shape}}, crop_shape, use_group_norm,
+          spatial_softmax_num_keypoints, n_obs_steps, normalization_mapping {VISUAL, STATE, ACTION: MEAN_STD |
+          MIN_MAX | ...}; older releases: input_shapes and input_normalization_modes / output_normalization_modes
+      statistics, older releases: in model.safetensors,
+          normalize_inputs.buffer_<key, dots as _>.{mean,std} or .{min,max}   e.g. buffer_observation_image.mean
+          unnormalize_outputs.buffer_action.{min,max}                         (normalize_targets.* holds the same)
+      statistics, processor-pipeline releases: policy_preprocessor.json (steps rename, batch, device,
+          normalizer_processor with config {eps, features, norm_map} and state_file
+          policy_preprocessor_step_3_normalizer_processor.safetensors: `<key>.<stat>` for every feature and stat),
+          policy_postprocessor.json (unnormalizer_processor, then device; its state file step_0)
 """
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..unet1d import _checkpoint_formats as unet_fmt
 from ._encoder import EncoderConfig, ObsEncoder
+from ._keypoints import lerobot_encoder_key
 
 DP_ENCODER = "obs_encoder."
 DP_MODELS = "obs_encoder.key_model_map."
@@ -32,6 +41,7 @@ DP_HYBRID = "obs_encoder.obs_nets."
 DP_NORMALIZER = "normalizer.params_dict."
 DP_IMAGE_POLICY = "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy"
 LEROBOT_INPUTS, LEROBOT_OUTPUTS, LEROBOT_TARGETS = "normalize_inputs.", "unnormalize_outputs.", "normalize_targets."
+LEROBOT_ENCODER = "diffusion.rgb_encoder."
 
 
 def dp_model_prefix(config: EncoderConfig, shared: bool = False) -> str:
@@ -89,3 +99,46 @@ def lerobot_buffers(image_key: str, image: tuple[torch.Tensor, torch.Tensor], st
             **buf(LEROBOT_INPUTS, state_key, ("min", "max"), state),
             **buf(LEROBOT_TARGETS, "action", ("min", "max"), action),
             **buf(LEROBOT_OUTPUTS, "action", ("min", "max"), action)}
+
+
+def lerobot_encoder_tensors(encoder: ObsEncoder, separate: bool = False) -> dict[str, torch.Tensor]:
+    """`diffusion.rgb_encoder.*` of a LeRobot DiffusionPolicy holding `encoder`'s weights (layout "lerobot")."""
+    prefix = LEROBOT_ENCODER + ("0." if separate else "")
+    return {prefix + lerobot_encoder_key(k): v.clone() for k, v in encoder.state_dict().items()}
+
+
+def lerobot_encoder_config(enc: EncoderConfig, separate: bool = False) -> dict[str, Any]:
+    """config.json fields of a LeRobot DiffusionPolicy with this encoder (merge over unet1d's lerobot_config)."""
+    return {"n_obs_steps": enc.n_obs_steps,
+            "input_features": {enc.rgb_key: {"type": "VISUAL", "shape": list(enc.image_shape)},
+                               enc.low_dim_key: {"type": "STATE", "shape": [enc.low_dim]}},
+            "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
+            "resize_shape": None, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
+            "crop_is_random": True, "use_group_norm": enc.norm == "group",
+            "pretrained_backbone_weights": None if enc.norm == "group" else "ResNet18_Weights.IMAGENET1K_V1",
+            "spatial_softmax_num_keypoints": enc.keypoints, "use_separate_rgb_encoder_per_camera": separate}
+
+
+def save_lerobot_processors(folder: str | Path, config: dict[str, Any], stats: dict[str, dict[str, torch.Tensor]],
+                            eps: float = 1e-8) -> None:
+    """policy_preprocessor.json / policy_postprocessor.json and their state files, as LeRobot's default pipelines
+    save them for a policy of this config.json (`stats`: {feature: {stat: tensor}})."""
+    from safetensors.torch import save_file
+    folder = Path(folder)
+    flat = {f"{key}.{name}": t.clone().contiguous() for key, named in stats.items() for name, t in named.items()}
+    outputs = config.get("output_features") or {}
+    norm_map = config.get("normalization_mapping") or {}
+
+    def step(registry: str, features: dict, state_file: str) -> dict[str, Any]:
+        save_file(flat, str(folder / state_file))
+        return {"registry_name": registry, "config": {"eps": eps, "features": features, "norm_map": norm_map},
+                "state_file": state_file}
+    pre = [{"registry_name": "rename_observations_processor", "config": {"rename_map": {}}},
+           {"registry_name": "to_batch_processor", "config": {}},
+           {"registry_name": "device_processor", "config": {"device": "cuda", "float_dtype": None}},
+           step("normalizer_processor", {**(config.get("input_features") or {}), **outputs},
+                "policy_preprocessor_step_3_normalizer_processor.safetensors")]
+    post = [step("unnormalizer_processor", outputs, "policy_postprocessor_step_0_unnormalizer_processor.safetensors"),
+            {"registry_name": "device_processor", "config": {"device": "cpu", "float_dtype": None}}]
+    for name, steps in (("policy_preprocessor", pre), ("policy_postprocessor", post)):
+        (folder / f"{name}.json").write_text(json.dumps({"name": name, "steps": steps}, indent=2))

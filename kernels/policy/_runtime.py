@@ -192,7 +192,7 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
         why = side.encoder_reason if side is not None else "random weights: pass config['encoder']"
         raise ValueError(f"load_policy: observation=True but there is no image encoder to run ({why})")
     if side is not None and side.encoder is not None and observation is not False:
-        params["encoder"] = "resnet18_gn"
+        params["encoder"] = side.encoder.config.name
     case = dpk.make_case("policy", "load_policy", dtype=dtype, **params)
     choice = choose(reg, case, device, variant, verify, pick, candidates)
     chunk = make_inputs(case, device)[-1]

@@ -1,14 +1,15 @@
 """policy family: one Diffusion Policy action chunk, conditioning (or observation) + noise -> final actions.
 
-Inputs (make_inputs): global_cond (B, G) ~ N(0, 1), or with `encoder: resnet18_gn` the observation instead
-(image (B, n_obs, 3, H, W) ~ U(0, 1), agent_pos (B, n_obs, 2) ~ U(-1, 1), global_cond None); the stacked noise
+Inputs (make_inputs): global_cond (B, G) ~ N(0, 1), or with an `encoder` the normalised observation instead
+(image (B, n_obs, 3, H, W) ~ U(-1, 1), agent_pos (B, n_obs, 2) ~ U(-1, 1), global_cond None); the stacked noise
 (S + 1, B, T, D) drawn as diffusers draws it (_chunk.predraw); and a `Chunk` (net, schedule, noise seed,
 encoder). Output: the actions after the last of the S steps, (B, T, D) float32.
 
 Case parameters: the U-Net config fields (unet1d's UNetConfig) or `checkpoint: PATH`; `weights_seed`; B; T;
 the scheduler (denoise's Schedule fields: scheduler ddpm | ddim, num_train_timesteps, num_inference_steps,
 beta_schedule, clip_sample, eta, ...); `prediction_type` (epsilon only); `noise_generator` (cpu | device);
-`encoder` (none | resnet18_gn) with `n_obs_steps`, `image_size`.
+`encoder` (none | resnet18_gn: Diffusion Policy's | lerobot_resnet18_gn, lerobot_resnet18_bn: LeRobot's) with
+`n_obs_steps`, `image_size`, `crop`, `keypoints` (_encoding.py).
 """
 from __future__ import annotations
 

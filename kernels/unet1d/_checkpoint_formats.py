@@ -153,18 +153,19 @@ def lerobot_config(config: Any, **extra: Any) -> dict[str, Any]:
 
 def save_lerobot_folder(model: torch.nn.Module, folder: str | Path, config: Any,
                         config_extra: dict[str, Any] | None = None, compiled: bool = False,
-                        others: dict | None = None) -> Path:
+                        others: dict | None = None, encoder: dict | None = None) -> Path:
     """Write a LeRobot pretrained-policy folder: config.json + model.safetensors (`diffusion.unet.` keys,
-    LeRobot's names, plus a few `diffusion.rgb_encoder.*` tensors); `compiled` adds torch.compile's `_orig_mod.`;
-    `others` adds more tensors (normalisation buffers)."""
+    LeRobot's names, plus `encoder`: the `diffusion.rgb_encoder.*` tensors, by default a few placeholders that no
+    encoder fits); `compiled` adds torch.compile's `_orig_mod.`; `others` adds more tensors (normalisation
+    buffers)."""
     from safetensors.torch import save_file
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     prefix = LEROBOT_PREFIX + ("_orig_mod." if compiled else "")
     sd = {prefix + to_lerobot(k): v for k, v in _tensors(model).items()}
-    sd.update({"diffusion.rgb_encoder.backbone.0.weight": torch.randn(4, 3, 3, 3),
-               "diffusion.rgb_encoder.out.weight": torch.randn(8, 8),
-               "diffusion.rgb_encoder.out.bias": torch.zeros(8)})
+    sd.update(encoder if encoder is not None else {"diffusion.rgb_encoder.backbone.0.weight": torch.randn(4, 3, 3, 3),
+                                                   "diffusion.rgb_encoder.out.weight": torch.randn(8, 8),
+                                                   "diffusion.rgb_encoder.out.bias": torch.zeros(8)})
     sd.update(_tensors(others or {}))
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     (folder / "config.json").write_text(json.dumps(lerobot_config(config, **(config_extra or {})), indent=4))

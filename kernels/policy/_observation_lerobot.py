@@ -1,0 +1,189 @@
+"""A LeRobot pretrained-policy folder's observation side: its image encoder and its normalisation statistics.
+
+    side = lerobot_side(Path("diffusion_pusht"), notes)     # ObservationSide (_observation.py)
+
+Encoder (`diffusion.rgb_encoder.*`, or `.0.*` with use_separate_rgb_encoder_per_camera): LeRobot's
+DiffusionRgbEncoder (_keypoints.py, _encoder.py layout "lerobot"), configured from config.json: one VISUAL input
+feature and `observation.state`; `crop_shape`, `use_group_norm`, `spatial_softmax_num_keypoints`, `n_obs_steps`;
+fields of either config era (input_features + normalization_mapping, or input_shapes + *_normalization_modes).
+Not implemented (None plus the reason): several cameras, an environment-state feature, `resize_shape`, a backbone
+other than resnet18. Keys that do not fit (missing, unexpected, misshaped) raise one CheckpointError.
+
+Normaliser: a processor-pipeline release keeps the statistics beside the policy (`policy_preprocessor.json` with a
+`normalizer_processor` step and its state file, `policy_postprocessor.json` with an `unnormalizer_processor`);
+older releases keep them in model.safetensors (`normalize_inputs.buffer_*`, `unnormalize_outputs.buffer_action.*`).
+The pipeline files win where both exist (the policy then ignores the buffers).
+"""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..unet1d import _checkpoint as ck
+from . import _observation_formats as fmt
+from ._encoder import EncoderConfig, ObsEncoder
+from ._keypoints import lerobot_encoder_key
+from ._normalizer import Normalizer, key_problems
+
+PROCESSORS = {"pre": ("policy_preprocessor.json", "normalizer_processor"),
+              "post": ("policy_postprocessor.json", "unnormalizer_processor")}
+UNET_COND = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?down_modules\.0\.0\.cond_encoder\.1\.weight$")
+UNET_STEP = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?diffusion_step_encoder\.1\.weight$")
+
+
+def lerobot_side(folder: Path, notes: list[str]) -> Any:
+    from ._observation import ObservationSide
+
+    absent = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
+    if absent:
+        raise ck.CheckpointError(f"{folder}: not a LeRobot pretrained-policy folder: no {' and no '.join(absent)}")
+    cfg = _read_json(folder / "config.json")
+    sd = ck._read_safetensors(folder / "model.safetensors")
+    side = ObservationSide(None, None, "lerobot", "model.safetensors", notes=notes)
+    images, states, others = _features(cfg)
+    try:
+        config, side.encoder_reason = _encoder_config(cfg, images, states, others)
+        if config is not None:
+            side.encoder = _load_encoder(sd, config, notes)
+        image_key = images[0] if len(images) == 1 else "observation.image"
+        side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, image_key, notes)
+    except ck.CheckpointError as e:
+        raise ck.CheckpointError(f"{folder}: {e}") from None
+    return side
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        out = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise ck.CheckpointError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(out, dict):
+        raise ck.CheckpointError(f"{path}: holds a JSON {type(out).__name__}, not an object")
+    return out
+
+
+def _features(cfg: dict) -> tuple[list[str], list[str], list[str]]:
+    """(image keys, state keys, other input keys) of config.json, in either era's fields."""
+    feats = cfg.get("input_features")
+    if feats:
+        kinds = {k: str(f.get("type")) for k, f in feats.items()}
+    else:  # before input_features: input_shapes by key
+        kinds = {k: "VISUAL" if k.startswith("observation.image") else "STATE" if k == "observation.state" else "ENV"
+                 for k in cfg.get("input_shapes") or {}}
+    images = sorted(k for k, t in kinds.items() if t == "VISUAL")
+    states = sorted(k for k, t in kinds.items() if t == "STATE")
+    return images, states, sorted(k for k in kinds if k not in images and k not in states)
+
+
+def _shape(cfg: dict, key: str) -> list[int]:
+    feats = cfg.get("input_features") or {}
+    return list(feats[key]["shape"]) if key in feats else list((cfg.get("input_shapes") or {})[key])
+
+
+def _encoder_config(cfg: dict, images: list[str], states: list[str], others: list[str]
+                    ) -> tuple[EncoderConfig | None, str]:
+    unsupported = [(len(images) != 1, f"image features {images}: one camera is implemented"),
+                   (states != ["observation.state"], f"state features {states}: observation.state is implemented"),
+                   (bool(others), f"other input features {others} (environment state): not implemented"),
+                   (cfg.get("resize_shape") is not None, f"resize_shape {cfg.get('resize_shape')} (torchvision "
+                                                         "Resize, whose result depends on its version)"),
+                   (cfg.get("vision_backbone", "resnet18") != "resnet18",
+                    f"vision_backbone {cfg.get('vision_backbone')}: resnet18 is implemented")]
+    for bad, why in unsupported:
+        if bad:
+            return None, f"LeRobot encoder: {why}"
+    crop = cfg.get("crop_shape")
+    try:
+        return EncoderConfig.lerobot(
+            image_shape=tuple(int(v) for v in _shape(cfg, images[0])), crop_shape=tuple(crop) if crop else None,
+            n_obs_steps=int(cfg.get("n_obs_steps", 2)), low_dim=int(_shape(cfg, states[0])[0]),
+            rgb_key=images[0], norm="group" if cfg.get("use_group_norm", False) else "batch",
+            keypoints=int(cfg.get("spatial_softmax_num_keypoints", 32))), ""
+    except ValueError as e:
+        raise ck.CheckpointError(f"config.json: encoder settings do not fit: {e}") from None
+
+
+def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: list[str]) -> ObsEncoder:
+    """ObsEncoder(config) with the folder's weights, keys checked strictly; the U-Net's cond width too."""
+    present = [k for k in sd if k.startswith(fmt.LEROBOT_ENCODER)]
+    prefix = fmt.LEROBOT_ENCODER + ("0." if any(k.startswith(fmt.LEROBOT_ENCODER + "0.") for k in present) else "")
+    encoder = ObsEncoder(config)
+    ours = {prefix + lerobot_encoder_key(k): k for k in encoder.state_dict()}
+    ref = {k: tuple(encoder.state_dict()[v].shape) for k, v in ours.items()}
+    key_problems({"missing": [k for k in ref if k not in sd],
+                  "unexpected": [k for k in present if k not in ref],
+                  "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
+                                for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]},
+                 f"rgb_encoder keys do not fit LeRobot's DiffusionRgbEncoder ({config.norm} norm, "
+                 f"{config.keypoints} keypoints) under {prefix!r}")
+    cond = [sd[k].shape[1] for k in sd if UNET_COND.match(k)]
+    step = [sd[k].shape[1] for k in sd if UNET_STEP.match(k)]
+    if cond and step and cond[0] - step[0] != config.cond_dim:
+        raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.low_dim} + {config.feature_dim}) "
+                                 f"= {config.cond_dim} features but the U-Net's global_cond_dim is {cond[0] - step[0]}")
+    state = {v: sd[k] for k, v in ours.items()}
+    if any(t.is_floating_point() and t.dtype != torch.float32 for t in state.values()):
+        notes.append("encoder weights converted to float32")
+    encoder.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
+    notes.append(f"encoder: {prefix}* ({len(ref)} tensors), {config}")
+    return encoder.eval()
+
+
+def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_key: str, notes: list[str]
+                ) -> tuple[Normalizer | None, str]:
+    steps = {}
+    for where, (name, registry) in PROCESSORS.items():
+        if (folder / name).is_file():
+            steps[where] = _processor_step(folder, name, registry)
+    if steps:
+        if len(steps) == 1:
+            raise ck.CheckpointError(f"{PROCESSORS['pre' if 'post' in steps else 'post'][0]} is missing beside "
+                                     f"{PROCESSORS['post' if 'post' in steps else 'pre'][0]}")
+        notes.append(f"normaliser: {steps['pre'][2]} and {steps['post'][2]}")
+        norm = Normalizer.from_lerobot_processors(steps["pre"][:2], steps["post"][:2], image_key=image_key)
+        return norm, ""
+    if not any(k.startswith(fmt.LEROBOT_INPUTS) for k in sd):
+        return None, ("no policy_preprocessor.json / policy_postprocessor.json and no normalize_inputs.* buffers in "
+                      "model.safetensors: the folder holds no normalisation statistics")
+    modes, images = _lerobot_modes(cfg, sd, notes)
+    if len(images) != 1:
+        return None, f"image features {images}: one camera is implemented"
+    return Normalizer.from_lerobot(sd, modes, image_key=images[0]), ""
+
+
+def _processor_step(folder: Path, name: str, registry: str) -> tuple[dict, dict[str, torch.Tensor], str]:
+    """(config, state tensors, state file name) of the pipeline's `registry` step."""
+    pipeline = _read_json(folder / name)
+    found = [s for s in pipeline.get("steps") or [] if s.get("registry_name") == registry]
+    if len(found) != 1:
+        raise ck.CheckpointError(f"{name}: {len(found)} '{registry}' steps (one is expected)")
+    state_file = found[0].get("state_file")
+    if not state_file or not (folder / state_file).is_file():
+        raise ck.CheckpointError(f"{name}: the '{registry}' step's state file {state_file!r} is not in the folder")
+    return found[0].get("config") or {}, ck._read_safetensors(folder / state_file), state_file
+
+
+def _lerobot_modes(cfg: dict, sd: dict, notes: list[str]) -> tuple[dict[str, str], list[str]]:
+    """{feature: mode} and the image feature names, from config.json (either era's fields) or the buffers."""
+    feats = {**(cfg.get("input_features") or {}), **(cfg.get("output_features") or {})}
+    mapping = cfg.get("normalization_mapping")
+    if feats and mapping:
+        modes = {k: str(mapping.get(f.get("type"), "IDENTITY")).lower() for k, f in feats.items()}
+        images = sorted(k for k, f in feats.items() if f.get("type") == "VISUAL")
+        return modes, images
+    modes = {**(cfg.get("input_normalization_modes") or {}), **(cfg.get("output_normalization_modes") or {})}
+    images = sorted(k for k in (cfg.get("input_shapes") or modes) if k.startswith("observation.image"))
+    if modes:
+        return {k: str(v).lower() for k, v in modes.items()}, images
+    notes.append("config.json names no normalisation modes: read from the buffers present")
+    found = {}
+    for key in sd:
+        m = re.match(r"^(normalize_inputs|unnormalize_outputs)\.buffer_(\w+)\.(mean|min)$", key)
+        if m:
+            name = "action" if m[2] == "action" else m[2].replace("observation_", "observation.", 1)
+            found[name] = "mean_std" if m[3] == "mean" else "min_max"
+    return found, sorted(k for k in found if k.startswith("observation.image"))
