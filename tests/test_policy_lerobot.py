@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import dpk
 from dpk import registry
 
-from ._helpers import ROOT
+from ._helpers import ROOT, randomized, resnet18_oracle
 
 registry.load([ROOT / "kernels"], strict=True)
 E = importlib.import_module("dpk.families.policy._encoder")
@@ -53,48 +53,16 @@ def inputs(cfg, b: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
             torch.rand(b, cfg.n_obs_steps, cfg.low_dim, generator=g) * 2 - 1)
 
 
-def randomized(enc: E.ObsEncoder, seed: int = 1) -> E.ObsEncoder:
-    """Norm affines and BatchNorm statistics random too, so a wrong grouping, a swapped tensor or batch statistics
-    in place of the running ones show."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in enc.modules():
-            if isinstance(m, (torch.nn.GroupNorm, torch.nn.BatchNorm2d)):
-                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-            if isinstance(m, torch.nn.BatchNorm2d):
-                m.running_mean.copy_(0.2 * torch.randn(m.running_mean.shape, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
-    return enc
-
-
 def oracle(w: dict[str, torch.Tensor], cfg, image: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
     """LeRobot's _prepare_global_conditioning with one DiffusionRgbEncoder, eval, from its state dict `w` (keys
     without the `diffusion.rgb_encoder.` prefix), one sample and one frame at a time."""
-    def norm(x, p):
-        if cfg.norm == "group":
-            return F.group_norm(x, x.shape[1] // 16, w[p + ".weight"], w[p + ".bias"])
-        return F.batch_norm(x, w[p + ".running_mean"], w[p + ".running_var"], w[p + ".weight"], w[p + ".bias"],
-                            training=False, eps=1e-5)
-
-    def trunk(x):  # torchvision resnet18's children[:-2]: conv1, bn1, relu, maxpool, layer1..4 = backbone.0..7
-        x = F.max_pool2d(F.relu(norm(F.conv2d(x, w["backbone.0.weight"], stride=2, padding=3), "backbone.1")), 3, 2, 1)
-        for stage in range(4):
-            for block in range(2):
-                p, stride = f"backbone.{4 + stage}.{block}.", 2 if stage > 0 and block == 0 else 1
-                out = F.relu(norm(F.conv2d(x, w[p + "conv1.weight"], stride=stride, padding=1), p + "bn1"))
-                out = norm(F.conv2d(out, w[p + "conv2.weight"], padding=1), p + "bn2")
-                if p + "downsample.0.weight" in w:
-                    x = norm(F.conv2d(x, w[p + "downsample.0.weight"], stride=stride), p + "downsample.1")
-                x = F.relu(out + x)
-        return x
-
+    names = ("backbone.0", "backbone.1", *(f"backbone.{i}" for i in range(4, 8)))  # resnet18's children[:-2]
     (top, left), (h, wd) = CROP_TOP_LEFT[cfg], cfg.crop_shape
     rows = []
     for b in range(image.shape[0]):
         frames = []
         for t in range(cfg.n_obs_steps):
-            fmap = trunk(image[b, t, :, top:top + h, left:left + wd][None])
+            fmap = resnet18_oracle(w, image[b, t, :, top:top + h, left:left + wd][None], cfg.norm, names)
             kp = F.conv2d(fmap, w["pool.nets.weight"], w["pool.nets.bias"])[0]
             mh, mw = kp.shape[1:]
             px, py = np.meshgrid(np.linspace(-1.0, 1.0, mw), np.linspace(-1.0, 1.0, mh))
@@ -353,34 +321,3 @@ def test_same_as_lerobots_construction_when_torchvision_is_installed(norm):
     with torch.no_grad():
         x = torch.rand(2, 3, 84, 84)
         torch.testing.assert_close(enc.backbone.features(x), backbone.eval()(x), rtol=0, atol=0)
-
-
-def test_forward_is_one_graph():
-    """No graph break: the graph variants capture LeRobot's encoder whole, as Diffusion Policy's."""
-    torch._dynamo.reset()
-    enc = E.ObsEncoder(ODD_BN)
-    image, state = inputs(ODD_BN, b=1)
-    with torch.no_grad():
-        torch.testing.assert_close(torch.compile(enc, backend="eager", fullgraph=True)(image, state),
-                                   enc(image, state), rtol=0, atol=0)
-
-
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_graph_replay_on_new_observations():
-    enc = randomized(E.ObsEncoder(PUSHT)).cuda()
-    image, state = (t.cuda() for t in inputs(PUSHT, b=8))
-    with torch.no_grad():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            enc(image, state)  # warm-up off the capture
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = enc(image, state)
-        new_image, new_state = (t.cuda() for t in inputs(PUSHT, b=8, seed=1))
-        image.copy_(new_image)
-        state.copy_(new_state)
-        graph.replay()
-        torch.testing.assert_close(out, enc(new_image, new_state), rtol=1e-5, atol=1e-5)

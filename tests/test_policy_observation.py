@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from dpk import registry
 
-ROOT = Path(__file__).resolve().parent.parent
+from ._helpers import ROOT, randomized, resnet18_oracle
+
 registry.load([ROOT / "kernels"], strict=True)
 E = importlib.import_module("dpk.families.policy._encoder")
 N = importlib.import_module("dpk.families.policy._normalizer")
@@ -50,22 +50,6 @@ def inputs(cfg: E.EncoderConfig, b: int = 2, seed: int = 0) -> tuple[torch.Tenso
             torch.randn(b, cfg.n_obs_steps, cfg.low_dim, generator=g))
 
 
-def oracle_resnet(w: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-    """torchvision resnet18 with every BatchNorm2d as GroupNorm(C // 16, C), fc dropped, from its weights."""
-    def gn(x: torch.Tensor, p: str) -> torch.Tensor:
-        return F.group_norm(x, x.shape[1] // 16, w[p + ".weight"], w[p + ".bias"])
-    x = F.max_pool2d(F.relu(gn(F.conv2d(x, w["conv1.weight"], stride=2, padding=3), "bn1")), 3, 2, 1)
-    for stage in range(1, 5):
-        for block in range(2):
-            p, stride = f"layer{stage}.{block}.", 2 if stage > 1 and block == 0 else 1
-            out = F.relu(gn(F.conv2d(x, w[p + "conv1.weight"], stride=stride, padding=1), p + "bn1"))
-            out = gn(F.conv2d(out, w[p + "conv2.weight"], padding=1), p + "bn2")
-            if p + "downsample.0.weight" in w:
-                x = gn(F.conv2d(x, w[p + "downsample.0.weight"], stride=stride), p + "downsample.1")
-            x = F.relu(out + x)
-    return x.mean(dim=(2, 3))
-
-
 def oracle(w: dict[str, torch.Tensor], cfg: E.EncoderConfig, image: torch.Tensor, agent_pos: torch.Tensor):
     """DiffusionUnetImagePolicy.predict_action's global_cond, one sample and one frame at a time."""
     (top, left), (h, wd) = CROP_TOP_LEFT[cfg], cfg.crop_shape
@@ -76,24 +60,14 @@ def oracle(w: dict[str, torch.Tensor], cfg: E.EncoderConfig, image: torch.Tensor
         for t in range(cfg.n_obs_steps):
             img = image[b, t, :, top:top + h, left:left + wd]
             img = (img - mean) / std if cfg.imagenet_norm else img
-            frames += [oracle_resnet(w, img[None])[0], agent_pos[b, t]]  # rgb keys first, then low-dim
+            feats = resnet18_oracle(w, img[None]).mean(dim=(2, 3))[0]  # global average pool
+            frames += [feats, agent_pos[b, t]]  # rgb keys first, then low-dim
         rows.append(torch.cat(frames))
     return torch.stack(rows)
 
 
 def backbone_weights(enc: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k.removeprefix("backbone."): v for k, v in enc.state_dict().items()}
-
-
-def randomized(enc: E.ObsEncoder, seed: int = 1) -> E.ObsEncoder:
-    """Norm affines random too, so a wrong grouping or a swapped tensor shows."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for m in enc.modules():
-            if isinstance(m, torch.nn.GroupNorm):
-                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-    return enc
 
 
 @pytest.mark.parametrize("cfg", [PUSHT, ODD], ids=["pusht", "odd"])
@@ -272,11 +246,16 @@ def test_bad_configs(kwargs, msg):
         E.EncoderConfig(**kwargs)
 
 
-def test_forward_is_one_graph():
+LEROBOT_ODD = E.EncoderConfig.lerobot(image_shape=(3, 90, 77), crop_shape=(80, 40), n_obs_steps=3, low_dim=5,
+                                      norm="batch", keypoints=7)
+
+
+@pytest.mark.parametrize("cfg", [ODD, LEROBOT_ODD], ids=["diffusion_policy", "lerobot"])
+def test_forward_is_one_graph(cfg):
     """No graph break (no host sync, no data-dependent branch): torch.compile(fullgraph=True) traces it whole."""
     torch._dynamo.reset()
-    enc = E.ObsEncoder(ODD)
-    image, agent_pos = inputs(ODD, b=1)
+    enc = E.ObsEncoder(cfg)
+    image, agent_pos = inputs(cfg, b=1)
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(enc, backend="eager", fullgraph=True)(image, agent_pos),
                                    enc(image, agent_pos), rtol=0, atol=0)
@@ -284,9 +263,10 @@ def test_forward_is_one_graph():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_cuda_graph_capture_and_compile():
-    enc = E.ObsEncoder().cuda()
-    image, agent_pos = (t.cuda() for t in inputs(PUSHT, b=8))
+@pytest.mark.parametrize("cfg", [PUSHT, E.EncoderConfig.lerobot()], ids=["diffusion_policy", "lerobot"])
+def test_cuda_graph_capture_and_compile(cfg):
+    enc = E.ObsEncoder(cfg).cuda()
+    image, agent_pos = (t.cuda() for t in inputs(cfg, b=8))
     with torch.no_grad():
         want = enc(image, agent_pos)
         side = torch.cuda.Stream()
@@ -297,7 +277,7 @@ def test_cuda_graph_capture_and_compile():
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             out = enc(image, agent_pos)
-        new_image, new_pos = (t.cuda() for t in inputs(PUSHT, b=8, seed=1))
+        new_image, new_pos = (t.cuda() for t in inputs(cfg, b=8, seed=1))
         image.copy_(new_image)
         agent_pos.copy_(new_pos)
         graph.replay()
