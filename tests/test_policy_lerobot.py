@@ -40,7 +40,10 @@ PUSHT = E.EncoderConfig.lerobot()
 ODD_BN = E.EncoderConfig.lerobot(image_shape=(3, 90, 77), crop_shape=(80, 40), n_obs_steps=3, low_dim=5,
                                  norm="batch", keypoints=7)
 TINY = E.EncoderConfig.lerobot(image_shape=(3, 44, 44), crop_shape=(40, 40), n_obs_steps=1, keypoints=4)
-CROP_TOP_LEFT = {PUSHT: (6, 6), ODD_BN: (5, 18), TINY: (2, 2)}  # round(37 / 2) = 18: halves to even
+TWO_SEPARATE = dataclasses.replace(TINY, n_obs_steps=2, n_cameras=2, separate=True)  # one encoder per camera
+THREE_SHARED = dataclasses.replace(TINY, n_obs_steps=2, n_cameras=3, norm="batch")  # one encoder for all three
+CROP_TOP_LEFT = {PUSHT: (6, 6), ODD_BN: (5, 18), TINY: (2, 2), TWO_SEPARATE: (2, 2), THREE_SHARED: (2, 2)}
+# (round(37 / 2) = 18: halves to even)
 UNET = U.UNetConfig(input_dim=2, global_cond_dim=132, diffusion_step_embed_dim=16, down_dims=(16, 32), kernel_size=3,
                     n_groups=8, cond_predict_scale=True)
 UNET_MODEL = U.ConditionalUnet1D(UNET)
@@ -49,75 +52,91 @@ P = OF.LEROBOT_ENCODER
 
 def inputs(cfg, b: int = 2, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     g = torch.Generator().manual_seed(seed)
-    return (torch.randn(b, cfg.n_obs_steps, *cfg.image_shape, generator=g),
+    return (torch.randn(b, *cfg.input_shape, generator=g),
             torch.rand(b, cfg.n_obs_steps, cfg.low_dim, generator=g) * 2 - 1)
 
 
-def oracle(w: dict[str, torch.Tensor], cfg, image: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
-    """LeRobot's _prepare_global_conditioning with one DiffusionRgbEncoder, eval, from its state dict `w` (keys
-    without the `diffusion.rgb_encoder.` prefix), one sample and one frame at a time."""
+def rgb_oracle(w: dict[str, torch.Tensor], cfg, image: torch.Tensor) -> torch.Tensor:
+    """One DiffusionRgbEncoder, eval, from its state dict `w` (LeRobot's keys), on one (3, H, W) image."""
     names = ("backbone.0", "backbone.1", *(f"backbone.{i}" for i in range(4, 8)))  # resnet18's children[:-2]
     (top, left), (h, wd) = CROP_TOP_LEFT[cfg], cfg.crop_shape
+    fmap = resnet18_oracle(w, image[:, top:top + h, left:left + wd][None], cfg.norm, names)
+    kp = F.conv2d(fmap, w["pool.nets.weight"], w["pool.nets.bias"])[0]
+    mh, mw = kp.shape[1:]
+    px, py = np.meshgrid(np.linspace(-1.0, 1.0, mw), np.linspace(-1.0, 1.0, mh))
+    grid = torch.from_numpy(np.stack([px.reshape(-1), py.reshape(-1)], axis=1)).float()
+    xy = torch.softmax(kp.reshape(cfg.keypoints, mh * mw), dim=-1) @ grid
+    return F.relu(F.linear(xy.reshape(-1), w["out.weight"], w["out.bias"]))
+
+
+def oracle(ws: list[dict[str, torch.Tensor]], cfg, image: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+    """LeRobot's _prepare_global_conditioning, eval, with camera c's encoder weights ws[c], one sample, frame and
+    camera at a time: per frame the state, then each camera's features."""
     rows = []
     for b in range(image.shape[0]):
         frames = []
         for t in range(cfg.n_obs_steps):
-            fmap = resnet18_oracle(w, image[b, t, :, top:top + h, left:left + wd][None], cfg.norm, names)
-            kp = F.conv2d(fmap, w["pool.nets.weight"], w["pool.nets.bias"])[0]
-            mh, mw = kp.shape[1:]
-            px, py = np.meshgrid(np.linspace(-1.0, 1.0, mw), np.linspace(-1.0, 1.0, mh))
-            grid = torch.from_numpy(np.stack([px.reshape(-1), py.reshape(-1)], axis=1)).float()
-            xy = torch.softmax(kp.reshape(cfg.keypoints, mh * mw), dim=-1) @ grid
-            feat = F.relu(F.linear(xy.reshape(-1), w["out.weight"], w["out.bias"]))
-            frames += [state[b, t], feat]  # the state before the image features
+            cams = [image[b, t]] if cfg.n_cameras == 1 else list(image[b, t])
+            frames += [state[b, t], *(rgb_oracle(w, cfg, img) for w, img in zip(ws, cams, strict=True))]
         rows.append(torch.cat(frames))
     return torch.stack(rows)
 
 
-def lerobot_weights(enc: E.ObsEncoder) -> dict[str, torch.Tensor]:
-    return {k[len(P):]: v for k, v in OF.lerobot_encoder_tensors(enc).items()}
+def lerobot_weights(enc: E.ObsEncoder) -> list[dict[str, torch.Tensor]]:
+    """Each camera's encoder weights under LeRobot's keys (without `diffusion.rgb_encoder.[<camera>.]`)."""
+    sd, cfg = {k[len(P):]: v for k, v in OF.lerobot_encoder_tensors(enc).items()}, enc.config
+    if not cfg.separate:
+        return [sd] * cfg.n_cameras
+    return [{k[len(f"{c}."):]: v for k, v in sd.items() if k.startswith(f"{c}.")} for c in range(cfg.n_cameras)]
 
 
-@pytest.mark.parametrize("cfg", [PUSHT, ODD_BN], ids=["pusht_gn", "odd_bn"])
+@pytest.mark.parametrize("cfg", [PUSHT, ODD_BN, TWO_SEPARATE, THREE_SHARED],
+                         ids=["pusht_gn", "odd_bn", "two_cameras_separate", "three_cameras_shared_bn"])
 def test_encoder_matches_oracle(cfg):
     enc = randomized(E.ObsEncoder(cfg, seed=2))
     image, state = inputs(cfg)
     with torch.no_grad():
         out = enc(image, state)
-        assert out.shape == (2, cfg.cond_dim) and cfg.cond_dim == cfg.n_obs_steps * (cfg.low_dim + 2 * cfg.keypoints)
+        width = cfg.low_dim + cfg.n_cameras * 2 * cfg.keypoints
+        assert out.shape == (2, cfg.cond_dim) and cfg.cond_dim == cfg.n_obs_steps * width
+        assert len(enc.rgb) == (cfg.n_cameras if cfg.separate else 1)
         torch.testing.assert_close(out, oracle(lerobot_weights(enc), cfg, image, state), rtol=1e-5, atol=1e-5)
 
 
 class ImageFirst(E.ObsEncoder):
     def forward(self, image, agent_pos):
         b, n = image.shape[:2]
-        feats = self.head(self.backbone.features(self.transform(image.reshape(b * n, *image.shape[2:]))))
+        feats = self.rgb[0](self.transform(image.reshape(b * n, *image.shape[2:])))
         return torch.cat([feats, agent_pos.reshape(b * n, -1)], dim=-1).reshape(b, -1)
 
 
-def wrong_encoder(kind: str) -> E.ObsEncoder:
-    cfg = dataclasses.replace(ODD_BN, crop_shape=None) if kind == "no_crop" else ODD_BN
+def wrong_encoder(kind: str, cfg) -> E.ObsEncoder:
+    cfg = dataclasses.replace(cfg, crop_shape=None) if kind == "no_crop" else cfg
     enc = randomized((ImageFirst if kind == "image_first" else E.ObsEncoder)(cfg, seed=2))
-    pool = enc.head.pool
+    pool = enc.rgb[0].pool
     if kind == "grid_yx":
         pool.pos_grid.copy_(pool.pos_grid.flip(1))
     if kind == "softmax_over_keypoints":
         pool.forward = lambda f: (torch.softmax(pool.nets(f).reshape(f.shape[0], pool.keypoints, -1), dim=1)
                                   @ pool.pos_grid).view(-1, pool.keypoints, 2)
     if kind == "no_relu":
-        enc.head.relu = torch.nn.Identity()
+        enc.rgb[0].relu = torch.nn.Identity()
     if kind == "batch_statistics":
-        enc.backbone.train()
+        enc.rgb[0].backbone.train()
+    if kind == "cameras_reversed":
+        enc.forward = lambda image, state: E.ObsEncoder.forward(enc, image.flip(2), state)
     return enc
 
 
-@pytest.mark.parametrize("kind", ["image_first", "no_crop", "grid_yx", "softmax_over_keypoints", "no_relu",
-                                  "batch_statistics"])
-def test_wrong_encoders_are_caught(kind):
-    enc = wrong_encoder(kind)
-    image, state = inputs(ODD_BN)
+@pytest.mark.parametrize(("kind", "cfg"), [*((k, ODD_BN) for k in ("image_first", "no_crop", "grid_yx",
+                                                                   "softmax_over_keypoints", "no_relu",
+                                                                   "batch_statistics")),
+                                           ("cameras_reversed", TWO_SEPARATE), ("cameras_reversed", THREE_SHARED)])
+def test_wrong_encoders_are_caught(kind, cfg):
+    enc = wrong_encoder(kind, cfg)
+    image, state = inputs(cfg)
     with torch.no_grad():
-        got, want = enc(image, state), oracle(lerobot_weights(enc), ODD_BN, image, state)
+        got, want = enc(image, state), oracle(lerobot_weights(enc), cfg, image, state)
     assert not torch.allclose(got, want, rtol=1e-3, atol=1e-3)
 
 
@@ -130,9 +149,11 @@ def test_pusht_key_layout():
               f"{P}pool.nets.weight": (32, 512, 1, 1), f"{P}pool.pos_grid": (9, 2), f"{P}out.weight": (64, 64)}
     assert {k: tuple(sd[k].shape) for k in shapes} == shapes
     assert not any(k.startswith(f"{P}backbone.{i}.") for k in sd for i in (2, 3, 8, 9))  # relu, maxpool; no avgpool
-    bn = OF.lerobot_encoder_tensors(E.ObsEncoder(E.EncoderConfig.lerobot(norm="batch")), separate=True)
-    assert len(bn) == 125 and f"{P}0.backbone.4.1.bn2.running_var" in bn
-    assert f"{P}0.backbone.1.num_batches_tracked" in bn
+    bn = OF.lerobot_encoder_tensors(E.ObsEncoder(E.EncoderConfig.lerobot(norm="batch", n_cameras=2, separate=True)))
+    assert len(bn) == 250 and f"{P}0.backbone.4.1.bn2.running_var" in bn and f"{P}1.pool.pos_grid" in bn
+    assert f"{P}1.backbone.1.num_batches_tracked" in bn and not any(k.startswith(f"{P}2.") for k in bn)
+    shared = OF.lerobot_encoder_tensors(E.ObsEncoder(E.EncoderConfig.lerobot(n_cameras=2)))
+    assert len(shared) == 65 and f"{P}backbone.0.weight" in shared
 
 
 STATS = {"observation.image": {"mean": torch.tensor([0.4, 0.5, 0.6]), "std": torch.tensor([0.2, 0.25, 0.3]),
@@ -186,35 +207,59 @@ def test_processor_statistics_errors():
         load({"ACTION": "LOG"})
 
 
-def write_folder(path, enc: E.ObsEncoder | None = None, release: str = "pipeline", separate: bool = False,
-                 unet: U.ConditionalUnet1D = UNET_MODEL, encoder: dict | None = None, **config):
+STATE2 = {"min": torch.tensor([13.0, 32.0]), "max": torch.tensor([496.0, 510.0])}  # a 2-d agent position's
+
+
+def camera_stats(cfg) -> dict[str, dict[str, torch.Tensor]]:
+    """Each camera's image statistics (camera c's mean and std STATS' + c / 10), the 2-d state's, the action's."""
+    image = STATS["observation.image"]
+    cams = {k: {n: t + c / 10 for n, t in image.items()} for c, k in enumerate(OF.lerobot_camera_keys(cfg))}
+    return cams | {"observation.state": STATE2, "action": STATS["action"]}
+
+
+def write_folder(path, enc: E.ObsEncoder | None = None, release: str = "pipeline",
+                 unet: U.ConditionalUnet1D = UNET_MODEL, encoder: dict | None = None, stats: dict | None = None,
+                 **config):
     """A LeRobot folder of `enc` (default: Push-T's, random) and UNET_MODEL, its statistics in `release`'s layout."""
     enc = enc or randomized(E.ObsEncoder(PUSHT, seed=5))
-    cfg = OF.lerobot_encoder_config(enc.config, separate) | config
-    buffers = {}
-    if release == "buffers":
-        buffers = OF.lerobot_buffers("observation.image", *(tuple(STATS[k][n].reshape(shape) for n in names)
+    cfg = OF.lerobot_encoder_config(enc.config) | config
+    buffers, stats = {}, stats or camera_stats(enc.config)
+    if release == "buffers":  # one camera
+        buffers = OF.lerobot_buffers("observation.image", *(tuple(stats[k][n].reshape(shape) for n in names)
                                      for k, names, shape in (("observation.image", ("mean", "std"), (3, 1, 1)),
                                                              ("observation.state", ("min", "max"), (-1,)),
                                                              ("action", ("min", "max"), (-1,)))))
     folder = UF.save_lerobot_folder(unet, path, unet.cfg, config_extra=cfg, others=buffers,
-                                    encoder=OF.lerobot_encoder_tensors(enc, separate) if encoder is None else encoder)
+                                    encoder=OF.lerobot_encoder_tensors(enc) if encoder is None else encoder)
     if release == "pipeline":
-        OF.save_lerobot_processors(folder, UF.lerobot_config(unet.cfg, **cfg), STATS)
+        OF.save_lerobot_processors(folder, UF.lerobot_config(unet.cfg, **cfg), stats)
     return folder
 
 
-@pytest.mark.parametrize(("release", "separate"), [("pipeline", False), ("pipeline", True), ("buffers", False)])
-def test_folder_gives_encoder_and_statistics(release, separate, tmp_path):
-    enc = randomized(E.ObsEncoder(PUSHT, seed=5))
-    side = L.load_observation_side(write_folder(tmp_path / "pretrained_model", enc, release, separate))
-    assert side.source == "lerobot" and side.encoder.config == PUSHT
-    image, state = inputs(PUSHT)
+@pytest.mark.parametrize(("release", "cfg", "tensors"), [
+    ("pipeline", PUSHT, 65), ("buffers", PUSHT, 65), ("pipeline", dataclasses.replace(PUSHT, separate=True), 65),
+    ("pipeline", dataclasses.replace(PUSHT, n_cameras=2, separate=True), 130),
+    ("pipeline", dataclasses.replace(PUSHT, n_cameras=3), 65)])
+def test_folder_gives_encoder_and_statistics(release, cfg, tensors, tmp_path):
+    enc = randomized(E.ObsEncoder(cfg, seed=5))
+    unet = U.ConditionalUnet1D(dataclasses.replace(UNET, global_cond_dim=cfg.cond_dim))
+    side = L.load_observation_side(write_folder(tmp_path / "pretrained_model", enc, release, unet=unet))
+    assert side.source == "lerobot" and side.encoder.config == dataclasses.replace(cfg, rgb_key=OF.lerobot_camera_keys(
+        cfg)[0])
+    image, state = inputs(cfg)
     with torch.no_grad():
         assert torch.equal(side.encoder(image, state), enc(image, state))
     modes = {"pipeline": "range", "buffers": "min_max"}[release]
-    assert side.normalizer.modes == {"observation.image": "mean_std", "observation.state": modes, "action": modes}
-    assert any(f"encoder: {P}{'0.' if separate else ''}* (65 tensors)" in n for n in side.notes)
+    cameras = OF.lerobot_camera_keys(cfg)
+    assert side.normalizer.modes == {**{k: "mean_std" for k in cameras}, "observation.state": modes, "action": modes}
+    assert any(f"encoder: {P}* ({tensors} tensors, {cfg.n_cameras} camera(s)" in n for n in side.notes)
+    raw = torch.rand(2, *cfg.input_shape)
+    stats = camera_stats(cfg)
+    want = [(raw[:, :, c] if cfg.n_cameras > 1 else raw) - stats[k]["mean"].view(3, 1, 1) for c, k in
+            enumerate(cameras)]
+    want = [w / (stats[k]["std"].view(3, 1, 1) + 1e-8) for w, k in zip(want, cameras)]
+    got = side.normalizer.normalize_obs(raw, state)[0]
+    assert torch.equal(got, torch.stack(want, dim=2) if cfg.n_cameras > 1 else want[0])
 
 
 def test_pipeline_statistics_win_over_buffers(tmp_path):
@@ -233,16 +278,21 @@ def test_pipeline_statistics_win_over_buffers(tmp_path):
         L.load_observation_side(folder)
 
 
+PUSHT_FEATURES = OF.lerobot_encoder_config(PUSHT)["input_features"]
+
+
 @pytest.mark.parametrize(("config", "reason"), [
     ({"resize_shape": [90, 90]}, "resize_shape [90, 90]"),
     ({"vision_backbone": "resnet34"}, "vision_backbone resnet34"),
-    ({"input_features": {**FEATURES, "observation.images.top": {"type": "VISUAL", "shape": [3, 96, 96]}}},
-     "one camera is implemented"),
-    ({"input_features": {**FEATURES, "observation.environment_state": {"type": "ENV", "shape": [4]}}},
+    ({"input_features": {**PUSHT_FEATURES, "observation.images.top": {"type": "VISUAL", "shape": [3, 64, 64]}}},
+     "cameras of different shapes"),
+    ({"input_features": {"observation.state": PUSHT_FEATURES["observation.state"]}}, "no VISUAL input feature"),
+    ({"input_features": {**PUSHT_FEATURES, "observation.environment_state": {"type": "ENV", "shape": [4]}}},
      "environment state"),
 ])
 def test_unsupported_encoders_give_none_and_why(config, reason, tmp_path):
-    side = L.load_observation_side(write_folder(tmp_path / "f", **config))
+    stats = camera_stats(PUSHT) | {"observation.images.top": STATS["observation.image"]}
+    side = L.load_observation_side(write_folder(tmp_path / "f", stats=stats, **config))
     assert side.encoder is None and reason in side.encoder_reason
 
 
@@ -258,35 +308,37 @@ def test_bad_encoder_folders_are_listed(tmp_path):
     assert str(tmp_path / "keys") in msg and f"missing (1): {P}backbone.6.1.bn2.bias" in msg
     assert f"unexpected (1): {P}backbone.8.weight" in msg
     assert f"misshaped (1): {P}pool.nets.weight (expected (32, 512, 1, 1), found (16, 512, 1, 1))" in msg
-    with pytest.raises(CheckpointError, match=r"keys do not fit .* \(batch norm, 32 keypoints\)"):
+    with pytest.raises(CheckpointError, match=r"keys do not fit .* \(batch norm, 32 keypoints, one shared\)"):
         L.load_observation_side(write_folder(tmp_path / "norm", use_group_norm=False))
+    with pytest.raises(CheckpointError, match=rf"one per camera\) under .*\n  missing \(65\): {P}0\.backbone"):
+        L.load_observation_side(write_folder(tmp_path / "separate", use_separate_rgb_encoder_per_camera=True))
     with pytest.raises(CheckpointError, match=r"2 x \(2 \+ 64\) = 132 features but the U-Net's global_cond_dim is 6"):
         L.load_observation_side(write_folder(tmp_path / "cond", unet=U.ConditionalUnet1D(
             dataclasses.replace(UNET, global_cond_dim=6))))
 
 
-def test_load_policy_observation_in_actions_out(tmp_path):
-    """load_policy on a LeRobot folder: raw observation -> the pipeline's statistics -> LeRobot's encoder -> chunk
-    -> actions in the environment's units, as feeding the encoder's output as conditioning."""
-    enc = randomized(E.ObsEncoder(TINY, seed=3))
-    unet = U.ConditionalUnet1D(dataclasses.replace(UNET, global_cond_dim=TINY.cond_dim))
-    folder = write_folder(tmp_path / "tiny", enc, unet=unet, num_inference_steps=4, horizon=8, n_action_steps=4,
-                          input_features={"observation.image": {"type": "VISUAL", "shape": [3, 44, 44]},
-                                          "observation.state": {"type": "STATE", "shape": [2]}})
-    OF.save_lerobot_processors(folder, UF.lerobot_config(unet.cfg, **OF.lerobot_encoder_config(TINY)),
-                               {**STATS, "observation.state": {"min": torch.tensor([13.0, 32.0]),
-                                                               "max": torch.tensor([496.0, 510.0])}})
+@pytest.mark.parametrize("cfg", [TINY, TWO_SEPARATE], ids=["one_camera", "two_cameras"])
+def test_load_policy_observation_in_actions_out(cfg, tmp_path):
+    """load_policy on a LeRobot folder: raw observation -> the pipeline's statistics (each camera's own) -> LeRobot's
+    encoder -> chunk -> actions in the environment's units, as feeding the encoder's output as conditioning."""
+    enc = randomized(E.ObsEncoder(cfg, seed=3))
+    unet = U.ConditionalUnet1D(dataclasses.replace(UNET, global_cond_dim=cfg.cond_dim))
+    folder = write_folder(tmp_path / "tiny", enc, unet=unet, num_inference_steps=4, horizon=8, n_action_steps=4)
     by_obs = dpk.load_policy(folder, device="cpu", verify=False, pick="order")
     by_cond = dpk.load_policy(folder, device="cpu", verify=False, observation=False, pick="order")
     assert by_cond.chunk.encoder is None  # load_policy loads the family afresh: its own EncoderConfig class
-    assert dataclasses.asdict(by_obs.chunk.encoder.config) == dataclasses.asdict(TINY)
+    assert dataclasses.asdict(by_obs.chunk.encoder.config) == dataclasses.asdict(
+        dataclasses.replace(cfg, rgb_key=OF.lerobot_camera_keys(cfg)[0]))
     g = torch.Generator().manual_seed(1)
-    image, pos = torch.rand(2, 1, 3, 44, 44, generator=g), torch.rand(2, 1, 2, generator=g) * 500
+    image, pos = torch.rand(2, *cfg.input_shape, generator=g), torch.rand(2, cfg.n_obs_steps, 2, generator=g) * 500
     got = by_obs.predict(image=image, agent_pos=pos, seed=9)
-    im = STATS["observation.image"]
+    stats = camera_stats(cfg)
+    cams = [image] if cfg.n_cameras == 1 else list(image.unbind(2))
+    cams = [(x - stats[k]["mean"].view(3, 1, 1)) / (stats[k]["std"].view(3, 1, 1) + 1e-8)
+            for x, k in zip(cams, OF.lerobot_camera_keys(cfg), strict=True)]
     with torch.no_grad():
-        cond = enc((image - im["mean"].view(3, 1, 1)) / (im["std"].view(3, 1, 1) + 1e-8),
-                   2 * (pos - torch.tensor([13.0, 32.0])) / torch.tensor([483.0, 478.0]) - 1)
+        cond = enc(cams[0] if cfg.n_cameras == 1 else torch.stack(cams, dim=2),
+                   2 * (pos - STATE2["min"]) / (STATE2["max"] - STATE2["min"]) - 1)
     want = by_cond.predict(cond, seed=9)
     assert float((got["action_pred"] - want["action_pred"]).abs().max()) < 1e-3 * float(want["action_pred"].abs().max())
     assert float(want["action_pred"].abs().max()) > 10 and got["action"].shape == (2, 4, 2)  # environment units
@@ -301,23 +353,26 @@ def test_same_as_lerobots_construction_when_torchvision_is_installed(norm):
         import torchvision
     except (ImportError, RuntimeError) as e:  # RuntimeError: a torchvision built for another torch
         pytest.skip(f"torchvision does not import: {e}")
+    def lerobots() -> tuple[torch.nn.Module, dict[str, torch.Tensor]]:  # one DiffusionRgbEncoder's construction
+        backbone = torch.nn.Sequential(*list(torchvision.models.resnet18(weights=None).children())[:-2])
+        if norm == "group":
+            for name, m in [(n, m) for n, m in backbone.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]:
+                parent, _, leaf = name.rpartition(".")
+                setattr(backbone.get_submodule(parent), leaf, torch.nn.GroupNorm(m.num_features // 16,
+                                                                                 m.num_features))
+        nets, out = torch.nn.Conv2d(512, 32, kernel_size=1), torch.nn.Linear(64, 64)
+        return backbone, {**{f"backbone.{k}": v for k, v in backbone.state_dict().items()},
+                          "pool.nets.weight": nets.weight, "pool.nets.bias": nets.bias, "out.weight": out.weight,
+                          "out.bias": out.bias}
+    cfg = E.EncoderConfig.lerobot(norm=norm, n_cameras=2, separate=True)  # two encoders, built one after the other
     torch.manual_seed(4)
-    backbone = torch.nn.Sequential(*list(torchvision.models.resnet18(weights=None).children())[:-2])
-    if norm == "group":
-        for name, m in [(n, m) for n, m in backbone.named_modules() if isinstance(m, torch.nn.BatchNorm2d)]:
-            parent, _, leaf = name.rpartition(".")
-            setattr(backbone.get_submodule(parent), leaf, torch.nn.GroupNorm(m.num_features // 16, m.num_features))
-    nets, out = torch.nn.Conv2d(512, 32, kernel_size=1), torch.nn.Linear(64, 64)
-    cfg = E.EncoderConfig.lerobot(norm=norm)
-    got = lerobot_weights(E.ObsEncoder(cfg, seed=4))
-    want = {f"backbone.{k}": v for k, v in backbone.state_dict().items()}
-    want |= {"pool.nets.weight": nets.weight, "pool.nets.bias": nets.bias, "out.weight": out.weight,
-             "out.bias": out.bias}
-    assert sorted(want) == sorted(k for k in got if k != "pool.pos_grid")
-    assert all(torch.equal(want[k], got[k]) for k in want)
-    enc = randomized(E.ObsEncoder(cfg, seed=4))
-    backbone.load_state_dict({k[len("backbone."):]: v for k, v in lerobot_weights(enc).items()
+    theirs = [lerobots() for _ in range(2)]
+    for (_, want), got in zip(theirs, lerobot_weights(E.ObsEncoder(cfg, seed=4)), strict=True):
+        assert sorted(want) == sorted(k for k in got if k != "pool.pos_grid")
+        assert all(torch.equal(want[k], got[k]) for k in want)
+    enc, backbone = randomized(E.ObsEncoder(cfg, seed=4)), theirs[1][0]
+    backbone.load_state_dict({k[len("backbone."):]: v for k, v in lerobot_weights(enc)[1].items()
                               if k.startswith("backbone.")})
     with torch.no_grad():
         x = torch.rand(2, 3, 84, 84)
-        torch.testing.assert_close(enc.backbone.features(x), backbone.eval()(x), rtol=0, atol=0)
+        torch.testing.assert_close(enc.rgb[1].backbone.features(x), backbone.eval()(x), rtol=0, atol=0)

@@ -15,11 +15,13 @@ MultiImageObsEncoder holding one rgb key and one low-dim key, in eval mode:
   - reshape (B * n_obs, 514) -> (B, n_obs * 514): frame 0's features, then frame 1's.
 The inputs are the normalised observations (the policy's LinearNormalizer runs before the encoder: _normalizer.py).
 
-`layout="lerobot"` is LeRobot's DiffusionRgbEncoder (one camera, shared encoder or one per camera: the same
-module) inside its DiffusionModel._prepare_global_conditioning, eval: center crop (torchvision's CenterCrop, the
-same box), ResNet-18 trunk (GroupNorm(C // 16) with `use_group_norm`, else BatchNorm with running statistics),
-SpatialSoftmax keypoints, Linear, ReLU (_keypoints.py): 2K features per image; per frame the state first, then the
-image features; frames flattened as above. Its image normalisation is the normaliser's (dataset mean / std).
+`layout="lerobot"` is LeRobot's DiffusionRgbEncoder inside its DiffusionModel._prepare_global_conditioning, eval:
+center crop (torchvision's CenterCrop, the same box), ResNet-18 trunk (GroupNorm(C // 16) with `use_group_norm`, else
+BatchNorm with running statistics), SpatialSoftmax keypoints, Linear, ReLU (_keypoints.py): 2K features per image;
+per frame the state first, then each camera's features in the config's camera order (one encoder shared by the
+cameras, or one per camera with `separate`); frames flattened as above. Several cameras come as one image tensor
+(B, n_obs, n_cameras, 3, H, W), as LeRobot stacks them. Its image normalisation is the normaliser's (dataset
+statistics).
 forward has no host syncs and no data-dependent branches, so it can be captured in a CUDA graph and compiled
 whole; the checks read shapes, dtypes and devices only.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ._keypoints import KeypointHead
+from ._keypoints import RgbEncoder
 from ._resnet import FEATURE_DIM, NORMS, ResNet18, conv_output_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # upstream's imagenet_norm: torchvision Normalize with these
@@ -53,6 +55,8 @@ class EncoderConfig:
     layout: str = "diffusion_policy"  # or "lerobot": SpatialSoftmax head, the state before the image features
     norm: str = "group"  # the ResNet's norm: GroupNorm(C // 16), or "batch" (lerobot without use_group_norm)
     keypoints: int = 32  # lerobot: spatial_softmax_num_keypoints
+    n_cameras: int = 1  # lerobot: cameras of one (C, H, W) shape, in the config's order
+    separate: bool = False  # lerobot: use_separate_rgb_encoder_per_camera
 
     def __post_init__(self) -> None:
         c, h, w = self.image_shape
@@ -69,6 +73,9 @@ class EncoderConfig:
             raise ValueError("the diffusion_policy layout is upstream's GroupNorm ResNet: norm 'group'")
         if self.keypoints < 1:
             raise ValueError(f"keypoints must be >= 1, got {self.keypoints}")
+        if self.n_cameras < 1 or (self.layout == "diffusion_policy" and (self.n_cameras, self.separate) != (1, False)):
+            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the diffusion_policy layout has "
+                             "one camera; LeRobot's at least one")
         want = 2 * self.keypoints if self.layout == "lerobot" else FEATURE_DIM
         if self.feature_dim != want:
             raise ValueError(f"feature_dim {self.feature_dim}: the {self.layout} layout gives {want} per image "
@@ -93,8 +100,13 @@ class EncoderConfig:
 
     @property
     def frame_dim(self) -> int:
-        """Features of one frame: image features and the low-dim vector (in the layout's order)."""
-        return self.feature_dim + self.low_dim
+        """Features of one frame: every camera's image features and the low-dim vector (in the layout's order)."""
+        return self.n_cameras * self.feature_dim + self.low_dim
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        """An observation's image shape after the batch: (n_obs, 3, H, W), with n_cameras before C when > 1."""
+        return (self.n_obs_steps, *((self.n_cameras,) if self.n_cameras > 1 else ()), *self.image_shape)
 
     @property
     def cond_dim(self) -> int:
@@ -114,7 +126,7 @@ class ObsEncoder(nn.Module):
 
     `seed` initialises the backbone as torchvision does after torch.manual_seed(seed) (the global RNG is left as it
     was); None draws from the global RNG. State-dict keys are `backbone.<torchvision resnet18 key>`, and for
-    LeRobot's layout `head.pool.*`, `head.out.*` (_keypoints.py).
+    LeRobot's layout `rgb.<i>.{backbone,pool,out}.*` (_keypoints.py: one encoder, or one per camera).
     """
 
     def __init__(self, config: EncoderConfig | None = None, seed: int | None = 0):
@@ -126,9 +138,13 @@ class ObsEncoder(nn.Module):
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
-            self.backbone = ResNet18(self.config.norm)  # then LeRobot's head, in its construction order
-            self.head = KeypointHead(*self.config.map_shape, self.config.keypoints) \
-                if self.config.layout == "lerobot" else None
+            cfg = self.config
+            if cfg.layout == "lerobot":  # LeRobot's encoders, built one after the other as its list comprehension
+                self.backbone, self.rgb = None, nn.ModuleList(
+                    RgbEncoder(cfg.norm, *cfg.map_shape, cfg.keypoints)
+                    for _ in range(cfg.n_cameras if cfg.separate else 1))
+            else:
+                self.backbone, self.rgb = ResNet18(), None
         _, h, w = self.config.image_shape
         self._crop = center_crop_box(h, w, self.config.crop_shape)
         self.register_buffer("imagenet_mean", torch.tensor(IMAGENET_MEAN).view(3, 1, 1), persistent=False)
@@ -149,19 +165,24 @@ class ObsEncoder(nn.Module):
 
     def forward(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
         self.check_inputs(image, agent_pos)
-        b, n = image.shape[:2]
-        x = self.transform(image.reshape(b * n, *image.shape[2:]))
-        low = agent_pos.reshape(b * n, self.config.low_dim)
-        if self.head is None:
+        cfg, (b, n) = self.config, image.shape[:2]
+        low = agent_pos.reshape(b * n, cfg.low_dim)
+        if self.rgb is None:
+            x = self.transform(image.reshape(b * n, *cfg.image_shape))
             frames = torch.cat([self.backbone(x), low], dim=-1)  # rgb keys first, then low-dim
         else:
-            frames = torch.cat([low, self.head(self.backbone.features(x))], dim=-1)  # LeRobot: the state first
-        return frames.reshape(b, n * self.config.frame_dim)
+            x = image.reshape(b * n, cfg.n_cameras, *cfg.image_shape)
+            if len(self.rgb) == 1:  # one shared encoder: frames and cameras as one batch, "(b s n) -> b s (n ...)"
+                feats = self.rgb[0](self.transform(x.reshape(-1, *cfg.image_shape))).reshape(b * n, -1)
+            else:
+                feats = torch.cat([enc(self.transform(x[:, c])) for c, enc in enumerate(self.rgb)], dim=-1)
+            frames = torch.cat([low, feats], dim=-1)  # LeRobot: the state first
+        return frames.reshape(b, n * cfg.frame_dim)
 
     def check_inputs(self, image: torch.Tensor, agent_pos: torch.Tensor) -> None:
         """ValueError naming the expected and the received shape / dtype / device."""
-        cfg, weight = self.config, self.backbone.conv1.weight
-        _check("image", image, ("B", cfg.n_obs_steps, *cfg.image_shape), weight)
+        cfg, weight = self.config, next(self.parameters())
+        _check("image", image, ("B", *cfg.input_shape), weight)
         _check("agent_pos", agent_pos, ("B", cfg.n_obs_steps, cfg.low_dim), weight)
         if agent_pos.shape[0] != image.shape[0]:
             raise ValueError(f"agent_pos has batch {agent_pos.shape[0]} but image has {image.shape[0]} "

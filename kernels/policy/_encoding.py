@@ -4,9 +4,10 @@
 Policy's image encoder (_encoder.py) runs first, on the (normalised) observation; `lerobot_resnet18_gn` /
 `lerobot_resnet18_bn`: LeRobot's (SpatialSoftmax keypoints, GroupNorm or BatchNorm ResNet). Weights come from the
 case's checkpoint (load_observation_side: an error with the reason when it holds none) or are seeded
-(`weights_seed`), with `image_size`, `crop`, `n_obs_steps`, `keypoints` from the case (Push-T's 96, 84, 2, 32 by
-default). The U-Net's global_cond_dim must be the encoder's width: n_obs_steps x (512 + 2) for Diffusion Policy's,
-n_obs_steps x (2 + 2 keypoints) for LeRobot's (132 on Push-T).
+(`weights_seed`), with `image_size`, `crop`, `n_obs_steps`, `keypoints`, `cameras`, `separate` from the case
+(Push-T's 96, 84, 2, 32, one camera by default). The U-Net's global_cond_dim must be the encoder's width:
+n_obs_steps x (512 + 2) for Diffusion Policy's, n_obs_steps x (2 + cameras x 2 keypoints) for LeRobot's (132 on
+Push-T).
 """
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ class Encoder:
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"{where}: {name} must be a tensor, got {type(t).__name__}")
         cfg = self.config
-        want = (batch, cfg.n_obs_steps, *cfg.image_shape)
+        want = (batch, *cfg.input_shape)
         if tuple(image.shape) != want:
             raise ValueError(f"{where}: image must be {want}, got {tuple(image.shape)}")
         if tuple(agent_pos.shape) != (batch, cfg.n_obs_steps, cfg.low_dim):
@@ -72,7 +73,7 @@ class Encoder:
     def random_observation(self, batch: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         """A normalised observation: images and agent positions ~ U(-1, 1) (Push-T's normalisers map to it)."""
         cfg = self.config
-        image = torch.rand(batch, cfg.n_obs_steps, *cfg.image_shape, generator=gen) * 2 - 1
+        image = torch.rand(batch, *cfg.input_shape, generator=gen) * 2 - 1
         return image, torch.rand(batch, cfg.n_obs_steps, cfg.low_dim, generator=gen) * 2 - 1
 
 
@@ -86,7 +87,9 @@ def _config(params: Mapping[str, Any]) -> EncoderConfig:
     name = params["encoder"]
     if name.startswith("lerobot_"):
         return EncoderConfig.lerobot(norm="group" if name.endswith("_gn") else "batch",
-                                     keypoints=int(params.get("keypoints", 32)), **kw)
+                                     keypoints=int(params.get("keypoints", 32)),
+                                     n_cameras=int(params.get("cameras", 1)), separate=bool(params.get("separate")),
+                                     **kw)
     return EncoderConfig(**kw)
 
 

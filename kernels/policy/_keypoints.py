@@ -1,21 +1,24 @@
-"""LeRobot's image-feature head: ResNet-18's layer4 map -> SpatialSoftmax keypoints -> Linear -> ReLU.
+"""LeRobot's DiffusionRgbEncoder after its crop: ResNet-18 trunk -> SpatialSoftmax keypoints -> Linear -> ReLU.
 
-What LeRobot's DiffusionRgbEncoder computes after its backbone (policies/diffusion/modeling_diffusion.py), eval:
-  - `pool.nets` Conv2d(512, K, 1) maps the (N, 512, h, w) map to K keypoint maps;
-  - softmax over each map's h * w positions, then the expected position under it: attention (N K, h w) @ pos_grid
-    (h w, 2), pos_grid[i * w + j] = (x_j, y_i) with x, y numpy's linspace(-1, 1, w or h) rounded to float32 (a
+What LeRobot's encoder computes (policies/diffusion/modeling_diffusion.py), eval, on a cropped (N, 3, h, w) image:
+  - `backbone`: torchvision's resnet18 children[:-2] (GroupNorm(C // 16) with use_group_norm, else BatchNorm):
+    layer4's (N, 512, h', w') map;
+  - `pool.nets` Conv2d(512, K, 1) maps it to K keypoint maps;
+  - softmax over each map's h' w' positions, then the expected position under it: attention (N K, h' w') @ pos_grid
+    (h' w', 2), pos_grid[i * w' + j] = (x_j, y_i) with x, y numpy's linspace(-1, 1, w' or h') rounded to float32 (a
     persistent buffer, so a checkpoint carries it); -> (N, K, 2) flattened to (N, 2K): x0, y0, x1, y1, ...;
   - `out` Linear(2K, 2K), then ReLU: 2K features per image (64 with LeRobot's 32 keypoints).
-Keys under the encoder's prefix: `pool.nets.{weight,bias}`, `pool.pos_grid`, `out.{weight,bias}`; the backbone is
-torchvision's resnet18 children [:-2] in a Sequential, so its keys are numbered where ResNet18's are named
-(`backbone.0` conv1, `backbone.1` bn1, `backbone.4`..`7` layer1..4): `lerobot_backbone_key` maps them.
+Keys under the encoder's prefix (`diffusion.rgb_encoder.`, or `.<camera>.` with one encoder per camera):
+`backbone.*`, `pool.nets.{weight,bias}`, `pool.pos_grid`, `out.{weight,bias}`. The backbone is a Sequential, so its
+keys are numbered where ResNet18's are named (`backbone.0` conv1, `backbone.1` bn1, `backbone.4`..`7` layer1..4):
+`lerobot_encoder_key` maps them.
 """
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-from ._resnet import FEATURE_DIM
+from ._resnet import FEATURE_DIM, ResNet18
 
 LEROBOT_BACKBONE = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
 
@@ -31,14 +34,16 @@ def resnet_to_lerobot_key(key: str) -> str:
     return f"{dict(zip(LEROBOT_BACKBONE.values(), LEROBOT_BACKBONE))[head]}.{rest}"
 
 
-def lerobot_encoder_key(key: str) -> str:
-    """ObsEncoder's key (layout "lerobot") -> the key under LeRobot's encoder prefix: `backbone.layer1.0.bn1.weight`
-    -> `backbone.4.0.bn1.weight`, `head.pool.nets.weight` -> `pool.nets.weight`, `head.out.bias` -> `out.bias`."""
-    if key.startswith("backbone."):
-        return "backbone." + resnet_to_lerobot_key(key[len("backbone."):])
-    if key.startswith("head."):
-        return key[len("head."):]
-    raise KeyError(key)
+def lerobot_encoder_key(key: str, separate: bool = False) -> str:
+    """ObsEncoder's key (layout "lerobot": `rgb.<i>.<RgbEncoder key>`) -> the key under LeRobot's encoder prefix:
+    `rgb.0.backbone.layer1.0.bn1.weight` -> `backbone.4.0.bn1.weight` (one shared encoder) or
+    `0.backbone.4.0.bn1.weight` (one per camera), `rgb.1.pool.nets.weight` -> `1.pool.nets.weight`."""
+    rgb, i, rest = key.split(".", 2)
+    if rgb != "rgb" or (i != "0" and not separate):
+        raise KeyError(key)
+    if rest.startswith("backbone."):
+        rest = "backbone." + resnet_to_lerobot_key(rest[len("backbone."):])
+    return f"{i}.{rest}" if separate else rest
 
 
 def linspace_like_numpy(n: int) -> torch.Tensor:
@@ -72,14 +77,16 @@ class SpatialSoftmax(nn.Module):
         return (attention @ self.pos_grid).view(-1, self.keypoints, 2)
 
 
-class KeypointHead(nn.Module):
-    """layer4's map -> 2K image features: SpatialSoftmax, flatten, Linear(2K, 2K), ReLU (LeRobot's `pool`, `out`)."""
+class RgbEncoder(nn.Module):
+    """A cropped (N, 3, h, w) image -> 2K features: LeRobot's DiffusionRgbEncoder without its crop (ObsEncoder's
+    transform crops), built in its order: the ResNet, then `pool`, then `out` (the seeded values are LeRobot's)."""
 
-    def __init__(self, h: int, w: int, keypoints: int):
+    def __init__(self, norm: str, h: int, w: int, keypoints: int):
         super().__init__()
+        self.backbone = ResNet18(norm)
         self.pool = SpatialSoftmax(h, w, keypoints)
         self.out = nn.Linear(2 * keypoints, 2 * keypoints)
         self.relu = nn.ReLU()
 
-    def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return self.relu(self.out(torch.flatten(self.pool(features), start_dim=1)))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.relu(self.out(torch.flatten(self.pool(self.backbone.features(x)), start_dim=1)))

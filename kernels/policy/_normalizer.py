@@ -20,6 +20,8 @@ Results come out in the buffers' dtype (float32), as upstream casts x to scale's
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import nn
 
@@ -76,14 +78,16 @@ class Field(nn.Module):
 
 
 class Normalizer(nn.Module):
-    """The image, low-dim state and action fields of one policy, under the names its checkpoint uses."""
+    """The image (one per camera), low-dim state and action fields of one policy, under its checkpoint's names."""
 
-    def __init__(self, fields: dict[str, Field], image_key: str, state_key: str, action_key: str, source: str):
+    def __init__(self, fields: dict[str, Field], image_key: str | Sequence[str], state_key: str, action_key: str,
+                 source: str):
         super().__init__()
-        missing = [k for k in (image_key, state_key, action_key) if k not in fields]
+        self.image_keys = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        missing = [k for k in (*self.image_keys, state_key, action_key) if k not in fields]
         if missing:
             raise CheckpointError(f"normalizer has no field for {missing} (has {sorted(fields)})")
-        self.keys = (image_key, state_key, action_key)
+        self.keys = (*self.image_keys, state_key, action_key)
         self.source = source
         self.fields = nn.ModuleList(fields[k] for k in self.keys)  # ModuleDict keys may not hold LeRobot's dots
 
@@ -97,15 +101,21 @@ class Normalizer(nn.Module):
         return self.fields[self.keys.index(key)]
 
     def normalize_obs(self, image: torch.Tensor, agent_pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Raw observations -> the encoder's inputs."""
-        return self.fields[0].normalize(image), self.fields[1].normalize(agent_pos)
+        """Raw observations -> the encoder's inputs; several cameras as (B, n_obs, n_cameras, 3, H, W), each with
+        its own statistics (as LeRobot normalises each camera's key before stacking them)."""
+        n = len(self.image_keys)
+        if n == 1:
+            image = self.fields[0].normalize(image)
+        else:
+            image = torch.stack([self.fields[c].normalize(image[:, :, c]) for c in range(n)], dim=2)
+        return image, self.fields[n].normalize(agent_pos)
 
     def normalize_action(self, action: torch.Tensor) -> torch.Tensor:
-        return self.fields[2].normalize(action)
+        return self.fields[-1].normalize(action)
 
     def unnormalize_action(self, action: torch.Tensor) -> torch.Tensor:
         """The U-Net's denoised sample -> actions in the environment's units."""
-        return self.fields[2].unnormalize(action)
+        return self.fields[-1].unnormalize(action)
 
     @classmethod
     def identity(cls, image_key: str = "image", state_key: str = "agent_pos", action_key: str = "action"
@@ -140,14 +150,16 @@ class Normalizer(nn.Module):
 
     @classmethod
     def from_lerobot(cls, state_dict: dict[str, torch.Tensor], modes: dict[str, str],
-                     image_key: str = "observation.image", state_key: str = "observation.state",
+                     image_key: str | Sequence[str] = "observation.image", state_key: str = "observation.state",
                      action_key: str = "action") -> Normalizer:
         """From a LeRobot DiffusionPolicy's buffers: `normalize_inputs.buffer_<key, dots as _>.{mean,std|min,max}`
         for the image and state, `unnormalize_outputs.buffer_action.*` for the action. `modes`: key -> mean_std,
         min_max or identity (LeRobot's normalization_mapping applied to each feature's type)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
-        for key, where in ((image_key, LEROBOT_INPUTS), (state_key, LEROBOT_INPUTS), (action_key, LEROBOT_OUTPUTS)):
+        images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        for key, where in (*((k, LEROBOT_INPUTS) for k in images), (state_key, LEROBOT_INPUTS),
+                           (action_key, LEROBOT_OUTPUTS)):
             mode, base = modes.get(key, "identity"), f"{where}buffer_{key.replace('.', '_')}."
             if mode == "identity":
                 fields[key] = Field("identity")
@@ -170,14 +182,15 @@ class Normalizer(nn.Module):
 
     @classmethod
     def from_lerobot_processors(cls, pre: tuple[dict, dict[str, torch.Tensor]],
-                                post: tuple[dict, dict[str, torch.Tensor]], image_key: str,
+                                post: tuple[dict, dict[str, torch.Tensor]], image_key: str | Sequence[str],
                                 state_key: str = "observation.state", action_key: str = "action") -> Normalizer:
         """From a LeRobot processor pipeline pair: the normalizer step of the preprocessor and the unnormalizer step
         of the postprocessor, each (its config: features {key: {type, shape}}, norm_map {type: mode}, eps; its
         state file's tensors `<key>.<stat>`). A visual feature's (C,) statistics broadcast as (C, 1, 1)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
-        for key, (config, state) in ((image_key, pre), (state_key, pre), (action_key, post)):
+        images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        for key, (config, state) in (*((k, pre) for k in images), (state_key, pre), (action_key, post)):
             feature = (config.get("features") or {}).get(key)
             mode = str((config.get("norm_map") or {}).get((feature or {}).get("type"), "IDENTITY")).upper()
             if feature is None or mode == "IDENTITY":
@@ -196,6 +209,12 @@ class Normalizer(nn.Module):
                     continue
                 if feature.get("type") == "VISUAL" and a.dim() == 1:
                     a, b = a.reshape(-1, 1, 1), b.reshape(-1, 1, 1)
+                shape = list(feature.get("shape") or [])
+                want = [shape[0], 1, 1] if feature.get("type") == "VISUAL" and shape else shape
+                if want and list(a.shape) != want:
+                    problems["misshaped"].append(f"{key}.{names[0]} (the feature's {tuple(shape)} wants "
+                                                 f"{tuple(want)}, found {tuple(a.shape)})")
+                    continue
                 fields[key] = Field(kind, a, b, eps=float(config.get("eps", EPS)))
         key_problems(problems, "LeRobot processor statistics do not fit")
         return cls(fields, image_key, state_key, action_key, "lerobot")

@@ -101,22 +101,27 @@ def lerobot_buffers(image_key: str, image: tuple[torch.Tensor, torch.Tensor], st
             **buf(LEROBOT_OUTPUTS, "action", ("min", "max"), action)}
 
 
-def lerobot_encoder_tensors(encoder: ObsEncoder, separate: bool = False) -> dict[str, torch.Tensor]:
+def lerobot_encoder_tensors(encoder: ObsEncoder) -> dict[str, torch.Tensor]:
     """`diffusion.rgb_encoder.*` of a LeRobot DiffusionPolicy holding `encoder`'s weights (layout "lerobot")."""
-    prefix = LEROBOT_ENCODER + ("0." if separate else "")
-    return {prefix + lerobot_encoder_key(k): v.clone() for k, v in encoder.state_dict().items()}
+    separate = encoder.config.separate
+    return {LEROBOT_ENCODER + lerobot_encoder_key(k, separate): v.clone() for k, v in encoder.state_dict().items()}
 
 
-def lerobot_encoder_config(enc: EncoderConfig, separate: bool = False) -> dict[str, Any]:
+def lerobot_camera_keys(enc: EncoderConfig) -> list[str]:
+    """The VISUAL feature names a fabricated LeRobot config gives the cameras: rgb_key, or .cam0, .cam1, ..."""
+    return [enc.rgb_key] if enc.n_cameras == 1 else [f"observation.images.cam{i}" for i in range(enc.n_cameras)]
+
+
+def lerobot_encoder_config(enc: EncoderConfig) -> dict[str, Any]:
     """config.json fields of a LeRobot DiffusionPolicy with this encoder (merge over unet1d's lerobot_config)."""
+    cameras = {k: {"type": "VISUAL", "shape": list(enc.image_shape)} for k in lerobot_camera_keys(enc)}
     return {"n_obs_steps": enc.n_obs_steps,
-            "input_features": {enc.rgb_key: {"type": "VISUAL", "shape": list(enc.image_shape)},
-                               enc.low_dim_key: {"type": "STATE", "shape": [enc.low_dim]}},
+            "input_features": {**cameras, enc.low_dim_key: {"type": "STATE", "shape": [enc.low_dim]}},
             "normalization_mapping": {"VISUAL": "MEAN_STD", "STATE": "MIN_MAX", "ACTION": "MIN_MAX"},
             "resize_shape": None, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
             "crop_is_random": True, "use_group_norm": enc.norm == "group",
             "pretrained_backbone_weights": None if enc.norm == "group" else "ResNet18_Weights.IMAGENET1K_V1",
-            "spatial_softmax_num_keypoints": enc.keypoints, "use_separate_rgb_encoder_per_camera": separate}
+            "spatial_softmax_num_keypoints": enc.keypoints, "use_separate_rgb_encoder_per_camera": enc.separate}
 
 
 def save_lerobot_processors(folder: str | Path, config: dict[str, Any], stats: dict[str, dict[str, torch.Tensor]],

@@ -2,12 +2,13 @@
 
     side = lerobot_side(Path("diffusion_pusht"), notes)     # ObservationSide (_observation.py)
 
-Encoder (`diffusion.rgb_encoder.*`, or `.0.*` with use_separate_rgb_encoder_per_camera): LeRobot's
-DiffusionRgbEncoder (_keypoints.py, _encoder.py layout "lerobot"), configured from config.json: one VISUAL input
-feature and `observation.state`; `crop_shape`, `use_group_norm`, `spatial_softmax_num_keypoints`, `n_obs_steps`;
-fields of either config era (input_features + normalization_mapping, or input_shapes + *_normalization_modes).
-Not implemented (None plus the reason): several cameras, an environment-state feature, `resize_shape`, a backbone
-other than resnet18. Keys that do not fit (missing, unexpected, misshaped) raise one CheckpointError.
+Encoder (`diffusion.rgb_encoder.*`, or `.<camera>.*` with use_separate_rgb_encoder_per_camera): LeRobot's
+DiffusionRgbEncoder (_keypoints.py, _encoder.py layout "lerobot"), configured from config.json: its VISUAL input
+features (cameras, in the config's order, of one shape) and `observation.state`; `crop_shape`, `use_group_norm`,
+`spatial_softmax_num_keypoints`, `n_obs_steps`, `use_separate_rgb_encoder_per_camera` (absent before LeRobot had
+it: one shared encoder); fields of either config era (input_features + normalization_mapping, or input_shapes +
+*_normalization_modes). Not implemented (None plus the reason): an environment-state feature, `resize_shape`, a
+backbone other than resnet18. Keys that do not fit (missing, unexpected, misshaped) raise one CheckpointError.
 
 Normaliser: a processor-pipeline release keeps the statistics beside the policy (`policy_preprocessor.json` with a
 `normalizer_processor` step and its state file, `policy_postprocessor.json` with an `unnormalizer_processor`);
@@ -49,8 +50,7 @@ def lerobot_side(folder: Path, notes: list[str]) -> Any:
         config, side.encoder_reason = _encoder_config(cfg, images, states, others)
         if config is not None:
             side.encoder = _load_encoder(sd, config, notes)
-        image_key = images[0] if len(images) == 1 else "observation.image"
-        side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, image_key, notes)
+        side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, images or ["observation.image"], notes)
     except ck.CheckpointError as e:
         raise ck.CheckpointError(f"{folder}: {e}") from None
     return side
@@ -67,14 +67,15 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _features(cfg: dict) -> tuple[list[str], list[str], list[str]]:
-    """(image keys, state keys, other input keys) of config.json, in either era's fields."""
+    """(image keys, state keys, other input keys) of config.json, in either era's fields; the cameras in the
+    config's order (LeRobot's `image_features`, the order its encoders and features follow)."""
     feats = cfg.get("input_features")
     if feats:
         kinds = {k: str(f.get("type")) for k, f in feats.items()}
     else:  # before input_features: input_shapes by key
         kinds = {k: "VISUAL" if k.startswith("observation.image") else "STATE" if k == "observation.state" else "ENV"
                  for k in cfg.get("input_shapes") or {}}
-    images = sorted(k for k, t in kinds.items() if t == "VISUAL")
+    images = [k for k, t in kinds.items() if t == "VISUAL"]
     states = sorted(k for k, t in kinds.items() if t == "STATE")
     return images, states, sorted(k for k in kinds if k not in images and k not in states)
 
@@ -86,7 +87,9 @@ def _shape(cfg: dict, key: str) -> list[int]:
 
 def _encoder_config(cfg: dict, images: list[str], states: list[str], others: list[str]
                     ) -> tuple[EncoderConfig | None, str]:
-    unsupported = [(len(images) != 1, f"image features {images}: one camera is implemented"),
+    shapes = {tuple(_shape(cfg, k)) for k in images}
+    unsupported = [(not images, "no VISUAL input feature (a state-only policy has no image encoder)"),
+                   (len(shapes) > 1, f"cameras of different shapes {sorted(shapes)} (LeRobot requires one)"),
                    (states != ["observation.state"], f"state features {states}: observation.state is implemented"),
                    (bool(others), f"other input features {others} (environment state): not implemented"),
                    (cfg.get("resize_shape") is not None, f"resize_shape {cfg.get('resize_shape')} (torchvision "
@@ -102,38 +105,42 @@ def _encoder_config(cfg: dict, images: list[str], states: list[str], others: lis
             image_shape=tuple(int(v) for v in _shape(cfg, images[0])), crop_shape=tuple(crop) if crop else None,
             n_obs_steps=int(cfg.get("n_obs_steps", 2)), low_dim=int(_shape(cfg, states[0])[0]),
             rgb_key=images[0], norm="group" if cfg.get("use_group_norm", False) else "batch",
-            keypoints=int(cfg.get("spatial_softmax_num_keypoints", 32))), ""
+            keypoints=int(cfg.get("spatial_softmax_num_keypoints", 32)), n_cameras=len(images),
+            separate=bool(cfg.get("use_separate_rgb_encoder_per_camera", False))), ""
     except ValueError as e:
         raise ck.CheckpointError(f"config.json: encoder settings do not fit: {e}") from None
 
 
 def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: list[str]) -> ObsEncoder:
     """ObsEncoder(config) with the folder's weights, keys checked strictly; the U-Net's cond width too."""
-    present = [k for k in sd if k.startswith(fmt.LEROBOT_ENCODER)]
-    prefix = fmt.LEROBOT_ENCODER + ("0." if any(k.startswith(fmt.LEROBOT_ENCODER + "0.") for k in present) else "")
+    present, prefix = [k for k in sd if k.startswith(fmt.LEROBOT_ENCODER)], fmt.LEROBOT_ENCODER
     encoder = ObsEncoder(config)
-    ours = {prefix + lerobot_encoder_key(k): k for k in encoder.state_dict()}
+    ours = {prefix + lerobot_encoder_key(k, config.separate): k for k in encoder.state_dict()}
     ref = {k: tuple(encoder.state_dict()[v].shape) for k, v in ours.items()}
     key_problems({"missing": [k for k in ref if k not in sd],
                   "unexpected": [k for k in present if k not in ref],
                   "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
                                 for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]},
                  f"rgb_encoder keys do not fit LeRobot's DiffusionRgbEncoder ({config.norm} norm, "
-                 f"{config.keypoints} keypoints) under {prefix!r}")
+                 f"{config.keypoints} keypoints, {'one per camera' if config.separate else 'one shared'}) "
+                 f"under {prefix!r}")
     cond = [sd[k].shape[1] for k in sd if UNET_COND.match(k)]
     step = [sd[k].shape[1] for k in sd if UNET_STEP.match(k)]
     if cond and step and cond[0] - step[0] != config.cond_dim:
-        raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.low_dim} + {config.feature_dim}) "
-                                 f"= {config.cond_dim} features but the U-Net's global_cond_dim is {cond[0] - step[0]}")
+        cams = f"{config.n_cameras} x " if config.n_cameras > 1 else ""
+        raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.low_dim} + {cams}"
+                                 f"{config.feature_dim}) = {config.cond_dim} features but the U-Net's global_cond_dim "
+                                 f"is {cond[0] - step[0]}")
     state = {v: sd[k] for k, v in ours.items()}
     if any(t.is_floating_point() and t.dtype != torch.float32 for t in state.values()):
         notes.append("encoder weights converted to float32")
     encoder.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
-    notes.append(f"encoder: {prefix}* ({len(ref)} tensors), {config}")
+    notes.append(f"encoder: {prefix}* ({len(ref)} tensors, {config.n_cameras} camera(s), "
+                 f"{'one encoder per camera' if config.separate else 'one shared encoder'}), {config}")
     return encoder.eval()
 
 
-def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_key: str, notes: list[str]
+def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_keys: list[str], notes: list[str]
                 ) -> tuple[Normalizer | None, str]:
     steps = {}
     for where, (name, registry) in PROCESSORS.items():
@@ -144,15 +151,15 @@ def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_key:
             raise ck.CheckpointError(f"{PROCESSORS['pre' if 'post' in steps else 'post'][0]} is missing beside "
                                      f"{PROCESSORS['post' if 'post' in steps else 'pre'][0]}")
         notes.append(f"normaliser: {steps['pre'][2]} and {steps['post'][2]}")
-        norm = Normalizer.from_lerobot_processors(steps["pre"][:2], steps["post"][:2], image_key=image_key)
+        norm = Normalizer.from_lerobot_processors(steps["pre"][:2], steps["post"][:2], image_key=image_keys)
         return norm, ""
     if not any(k.startswith(fmt.LEROBOT_INPUTS) for k in sd):
         return None, ("no policy_preprocessor.json / policy_postprocessor.json and no normalize_inputs.* buffers in "
                       "model.safetensors: the folder holds no normalisation statistics")
     modes, images = _lerobot_modes(cfg, sd, notes)
-    if len(images) != 1:
-        return None, f"image features {images}: one camera is implemented"
-    return Normalizer.from_lerobot(sd, modes, image_key=images[0]), ""
+    if not images:
+        return None, "no image feature among the normalisation buffers"
+    return Normalizer.from_lerobot(sd, modes, image_key=images), ""
 
 
 def _processor_step(folder: Path, name: str, registry: str) -> tuple[dict, dict[str, torch.Tensor], str]:
@@ -173,10 +180,10 @@ def _lerobot_modes(cfg: dict, sd: dict, notes: list[str]) -> tuple[dict[str, str
     mapping = cfg.get("normalization_mapping")
     if feats and mapping:
         modes = {k: str(mapping.get(f.get("type"), "IDENTITY")).lower() for k, f in feats.items()}
-        images = sorted(k for k, f in feats.items() if f.get("type") == "VISUAL")
+        images = [k for k, f in feats.items() if f.get("type") == "VISUAL"]
         return modes, images
     modes = {**(cfg.get("input_normalization_modes") or {}), **(cfg.get("output_normalization_modes") or {})}
-    images = sorted(k for k in (cfg.get("input_shapes") or modes) if k.startswith("observation.image"))
+    images = [k for k in (cfg.get("input_shapes") or modes) if k.startswith("observation.image")]
     if modes:
         return {k: str(v).lower() for k, v in modes.items()}, images
     notes.append("config.json names no normalisation modes: read from the buffers present")
