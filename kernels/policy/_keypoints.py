@@ -20,18 +20,14 @@ from torch import nn
 
 from ._resnet import FEATURE_DIM, ResNet18
 
-LEROBOT_BACKBONE = {"0": "conv1", "1": "bn1", "4": "layer1", "5": "layer2", "6": "layer3", "7": "layer4"}
-
-
-def lerobot_backbone_key(key: str) -> str:
-    """`4.0.conv1.weight` (LeRobot's Sequential) -> `layer1.0.conv1.weight` (ResNet18's names); KeyError otherwise."""
-    head, _, rest = key.partition(".")
-    return f"{LEROBOT_BACKBONE[head]}.{rest}"
+RESNET_TO_LEROBOT = {"conv1": "0", "bn1": "1", "layer1": "4", "layer2": "5", "layer3": "6", "layer4": "7"}
 
 
 def resnet_to_lerobot_key(key: str) -> str:
+    """`layer1.0.conv1.weight` (ResNet18's names) -> `4.0.conv1.weight` (LeRobot's Sequential of resnet18's
+    children[:-2]: conv1, bn1, relu, maxpool, layer1..4)."""
     head, _, rest = key.partition(".")
-    return f"{dict(zip(LEROBOT_BACKBONE.values(), LEROBOT_BACKBONE))[head]}.{rest}"
+    return f"{RESNET_TO_LEROBOT[head]}.{rest}"
 
 
 def lerobot_encoder_key(key: str, separate: bool = False) -> str:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -30,14 +30,17 @@ from ._encoder import EncoderConfig, ObsEncoder
 from ._keypoints import lerobot_encoder_key
 from ._normalizer import Normalizer, key_problems
 
+if TYPE_CHECKING:
+    from ._observation import ObservationSide
+
 PROCESSORS = {"pre": ("policy_preprocessor.json", "normalizer_processor"),
               "post": ("policy_postprocessor.json", "unnormalizer_processor")}
 UNET_COND = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?down_modules\.0\.0\.cond_encoder\.1\.weight$")
 UNET_STEP = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?diffusion_step_encoder\.1\.weight$")
 
 
-def lerobot_side(folder: Path, notes: list[str]) -> Any:
-    from ._observation import ObservationSide
+def lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
+    from ._observation import ObservationSide  # here: _observation imports this module
 
     absent = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
     if absent:
