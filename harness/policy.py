@@ -33,7 +33,8 @@ def load_policy(checkpoint: str | Path | None = None, *, config: dict[str, Any] 
     runs; candidates: the variants raced (default: all but `compiled`, whose compile costs minutes at load).
     verify: check the chosen one with the parity engine first (the next fastest where it fails).
     observation: None runs the checkpoint's image encoder when it has one (call with image=, agent_pos=: raw
-    observations, normalised with the checkpoint's normaliser), False takes global_cond, True requires the encoder.
+    observations, normalised with the checkpoint's normaliser; a LeRobot policy without cameras: agent_pos= and
+    env_state=), False takes global_cond only, True requires one of those.
     dtype: "bfloat16" runs the U-Net's weights in bf16 (the kernels keep fp32 activations; the PyTorch variants
     bf16 ones); observations, conditioning, noise, trajectory and actions stay float32.
     Actions come back in the environment's units when the checkpoint has a normaliser.

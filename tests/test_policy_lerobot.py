@@ -3,12 +3,14 @@ layouts, and LeRobot folders loaded observation -> actions.
 
   - the encoder against an oracle written here from LeRobot's modeling_diffusion.py (a functional ResNet-18 trunk
     read from LeRobot's numbered keys, GroupNorm(C // 16) or eval BatchNorm; 1x1 conv, softmax over positions,
-    numpy's grid, Linear, ReLU; the state first; per sample and frame); wrong encoders fail it;
+    numpy's grid, Linear, ReLU; the state first, then each camera; per sample, frame and camera); wrong encoders
+    fail it; one to three cameras, one shared encoder or one per camera;
   - the key layout of a Push-T policy (numbered backbone, pos_grid, the per-camera prefix);
   - statistics: buffers (mean_std, min_max with eps in the denominator) and processor pipelines (MIN_MAX with eps
     only for a zero range, QUANTILES, (C,) visual statistics); bad keys listed;
   - folders: encoder and statistics from either release, pipeline files preferred, reasons and errors;
-  - dpk.load_policy on a folder: raw observation -> actions in the environment's units.
+  - dpk.load_policy on a folder: raw observation -> actions in the environment's units; a policy without cameras
+    conditioned on its state and environment state.
 """
 from __future__ import annotations
 
@@ -286,7 +288,6 @@ PUSHT_FEATURES = OF.lerobot_encoder_config(PUSHT)["input_features"]
     ({"vision_backbone": "resnet34"}, "vision_backbone resnet34"),
     ({"input_features": {**PUSHT_FEATURES, "observation.images.top": {"type": "VISUAL", "shape": [3, 64, 64]}}},
      "cameras of different shapes"),
-    ({"input_features": {"observation.state": PUSHT_FEATURES["observation.state"]}}, "no VISUAL input feature"),
     ({"input_features": {**PUSHT_FEATURES, "observation.environment_state": {"type": "ENV", "shape": [4]}}},
      "environment state"),
 ])
@@ -376,3 +377,65 @@ def test_same_as_lerobots_construction_when_torchvision_is_installed(norm):
     with torch.no_grad():
         x = torch.rand(2, 3, 84, 84)
         torch.testing.assert_close(enc.rgb[1].backbone.features(x), backbone.eval()(x), rtol=0, atol=0)
+
+
+KEYPOINTS_FEATURES = {"observation.state": {"type": "STATE", "shape": [2]},
+                      "observation.environment_state": {"type": "ENV", "shape": [16]}}
+ENV_STATS = {"min": torch.arange(16.0), "max": torch.arange(16.0) * 3 + 100}
+
+
+def state_only_folder(path, features=KEYPOINTS_FEATURES, release="pipeline", global_cond_dim=36):
+    """A LeRobot policy without cameras (LeRobot's Push-T keypoints setting: 2 frames of state 2 + keypoints 16)."""
+    unet = U.ConditionalUnet1D(dataclasses.replace(UNET, global_cond_dim=global_cond_dim))
+    cfg = {"n_obs_steps": 2, "horizon": 8, "n_action_steps": 4, "num_inference_steps": 4, "input_features": features,
+           "normalization_mapping": {"STATE": "MIN_MAX", "ENV": "MIN_MAX", "ACTION": "MIN_MAX"}}
+    stats = {"observation.state": STATE2, "observation.environment_state": ENV_STATS, "action": STATS["action"]}
+    buffers = {}
+    if release == "buffers":
+        buffers = {f"normalize_inputs.buffer_{k.replace('.', '_')}.{n}": t for k, v in stats.items()
+                   if k != "action" for n, t in v.items()}
+        buffers |= {f"unnormalize_outputs.buffer_action.{n}": stats["action"][n] for n in ("min", "max")}
+    folder = UF.save_lerobot_folder(unet, path, unet.cfg, config_extra=cfg, encoder={}, others=buffers)
+    if release == "pipeline":
+        OF.save_lerobot_processors(folder, UF.lerobot_config(unet.cfg, **cfg), stats)
+    return folder
+
+
+@pytest.mark.parametrize("release", ["pipeline", "buffers"])
+def test_state_only_policy_is_conditioned_on_its_state(release, tmp_path):
+    """No cameras: global_cond per frame = cat(normalised state, normalised environment state); load_policy's
+    predict(agent_pos=, env_state=) equals predict(global_cond) built that way by hand."""
+    side = L.load_observation_side(state_only_folder(tmp_path / "keypoints", release=release))
+    assert side.encoder is None and "no VISUAL input feature" in side.encoder_reason
+    assert (side.state.n_obs_steps, side.state.state_dim, side.state.env_dim, side.state.cond_dim) == (2, 2, 16, 36)
+    mode = {"pipeline": "range", "buffers": "min_max"}[release]
+    assert side.normalizer.modes == {"observation.state": mode, "observation.environment_state": mode, "action": mode}
+    folder = tmp_path / "keypoints"
+    by_state = dpk.load_policy(folder, device="cpu", verify=False, pick="order")
+    by_cond = dpk.load_policy(folder, device="cpu", verify=False, observation=False, pick="order")
+    g = torch.Generator().manual_seed(2)
+    pos, env = torch.rand(3, 2, 2, generator=g) * 500, torch.rand(3, 2, 16, generator=g) * 120
+    got = by_state.predict(agent_pos=pos, env_state=env, seed=5)["action_pred"]
+    if release == "pipeline":  # processor MIN_MAX: 2 (x - min) / (max - min) - 1
+        npos = 2 * (pos - STATE2["min"]) / (STATE2["max"] - STATE2["min"]) - 1
+        nenv = 2 * (env - ENV_STATS["min"]) / (ENV_STATS["max"] - ENV_STATS["min"]) - 1
+    else:  # the buffers' Normalize module: (x - min) / (max - min + 1e-8) * 2 - 1
+        npos = (pos - STATE2["min"]) / (STATE2["max"] - STATE2["min"] + 1e-8) * 2 - 1
+        nenv = (env - ENV_STATS["min"]) / (ENV_STATS["max"] - ENV_STATS["min"] + 1e-8) * 2 - 1
+    want = by_cond.predict(torch.cat([npos, nenv], dim=-1).flatten(start_dim=1), seed=5)["action_pred"]
+    assert torch.equal(got, want) and float(want.abs().max()) > 10
+    with pytest.raises(ValueError, match=r"env_state must be \(B, 2, 16\), got \(3, 2, 15\)"):
+        by_state.predict(agent_pos=pos, env_state=env[..., :15])
+    with pytest.raises(TypeError, match="or agent_pos= \\(and env_state=\\): its state"):
+        by_state.predict()
+
+
+def test_state_only_errors(tmp_path):
+    no_env = {"observation.state": {"type": "STATE", "shape": [2]}}
+    policy = dpk.load_policy(state_only_folder(tmp_path / "a", no_env, global_cond_dim=4), device="cpu",
+                             verify=False, pick="order")
+    with pytest.raises(ValueError, match="no environment-state feature: call it without env_state="):
+        policy.predict(agent_pos=torch.zeros(1, 2, 2), env_state=torch.zeros(1, 2, 16))
+    assert policy.predict(agent_pos=torch.zeros(1, 2, 2), seed=0)["action"].shape == (1, 4, 2)
+    with pytest.raises(CheckpointError, match=r"2 x \(2 \+ 16\) = 36 features but the U-Net's global_cond_dim is 6"):
+        L.load_observation_side(state_only_folder(tmp_path / "b", global_cond_dim=6))

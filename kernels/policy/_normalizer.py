@@ -81,13 +81,13 @@ class Normalizer(nn.Module):
     """The image (one per camera), low-dim state and action fields of one policy, under its checkpoint's names."""
 
     def __init__(self, fields: dict[str, Field], image_key: str | Sequence[str], state_key: str, action_key: str,
-                 source: str):
+                 source: str, env_key: str | None = None):
         super().__init__()
         self.image_keys = (image_key,) if isinstance(image_key, str) else tuple(image_key)
-        missing = [k for k in (*self.image_keys, state_key, action_key) if k not in fields]
+        self.keys = (*self.image_keys, state_key, *((env_key,) if env_key else ()), action_key)
+        missing = [k for k in self.keys if k not in fields]
         if missing:
             raise CheckpointError(f"normalizer has no field for {missing} (has {sorted(fields)})")
-        self.keys = (*self.image_keys, state_key, action_key)
         self.source = source
         self.fields = nn.ModuleList(fields[k] for k in self.keys)  # ModuleDict keys may not hold LeRobot's dots
 
@@ -109,6 +109,13 @@ class Normalizer(nn.Module):
         else:
             image = torch.stack([self.fields[c].normalize(image[:, :, c]) for c in range(n)], dim=2)
         return image, self.fields[n].normalize(agent_pos)
+
+    def normalize_state(self, state: torch.Tensor, env_state: torch.Tensor | None = None
+                        ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The low-dim state (and, where the policy has one, the environment state) -> the conditioning's."""
+        n = len(self.image_keys)
+        env = self.fields[n + 1].normalize(env_state) if env_state is not None and len(self.keys) > n + 2 else env_state
+        return self.fields[n].normalize(state), env
 
     def normalize_action(self, action: torch.Tensor) -> torch.Tensor:
         return self.fields[-1].normalize(action)
@@ -151,15 +158,15 @@ class Normalizer(nn.Module):
     @classmethod
     def from_lerobot(cls, state_dict: dict[str, torch.Tensor], modes: dict[str, str],
                      image_key: str | Sequence[str] = "observation.image", state_key: str = "observation.state",
-                     action_key: str = "action") -> Normalizer:
+                     action_key: str = "action", env_key: str | None = None) -> Normalizer:
         """From a LeRobot DiffusionPolicy's buffers: `normalize_inputs.buffer_<key, dots as _>.{mean,std|min,max}`
         for the image and state, `unnormalize_outputs.buffer_action.*` for the action. `modes`: key -> mean_std,
         min_max or identity (LeRobot's normalization_mapping applied to each feature's type)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
         images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
-        for key, where in (*((k, LEROBOT_INPUTS) for k in images), (state_key, LEROBOT_INPUTS),
-                           (action_key, LEROBOT_OUTPUTS)):
+        inputs = (*images, state_key, *((env_key,) if env_key else ()))
+        for key, where in (*((k, LEROBOT_INPUTS) for k in inputs), (action_key, LEROBOT_OUTPUTS)):
             mode, base = modes.get(key, "identity"), f"{where}buffer_{key.replace('.', '_')}."
             if mode == "identity":
                 fields[key] = Field("identity")
@@ -177,20 +184,22 @@ class Normalizer(nn.Module):
                     problems["misshaped"].append(f"{base}{names[1]} ({shapes})")
                 fields[key] = Field(mode, a, b)
         key_problems(problems, "LeRobot normalisation buffers do not fit")
-        return cls(fields, image_key, state_key, action_key, "lerobot")
+        return cls(fields, images, state_key, action_key, "lerobot", env_key)
 
 
     @classmethod
     def from_lerobot_processors(cls, pre: tuple[dict, dict[str, torch.Tensor]],
                                 post: tuple[dict, dict[str, torch.Tensor]], image_key: str | Sequence[str],
-                                state_key: str = "observation.state", action_key: str = "action") -> Normalizer:
+                                state_key: str = "observation.state", action_key: str = "action",
+                                env_key: str | None = None) -> Normalizer:
         """From a LeRobot processor pipeline pair: the normalizer step of the preprocessor and the unnormalizer step
         of the postprocessor, each (its config: features {key: {type, shape}}, norm_map {type: mode}, eps; its
         state file's tensors `<key>.<stat>`). A visual feature's (C,) statistics broadcast as (C, 1, 1)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
         images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
-        for key, (config, state) in (*((k, pre) for k in images), (state_key, pre), (action_key, post)):
+        lows = (state_key, *((env_key,) if env_key else ()))
+        for key, (config, state) in (*((k, pre) for k in (*images, *lows)), (action_key, post)):
             feature = (config.get("features") or {}).get(key)
             mode = str((config.get("norm_map") or {}).get((feature or {}).get("type"), "IDENTITY")).upper()
             if feature is None or mode == "IDENTITY":
@@ -217,7 +226,7 @@ class Normalizer(nn.Module):
                     continue
                 fields[key] = Field(kind, a, b, eps=float(config.get("eps", EPS)))
         key_problems(problems, "LeRobot processor statistics do not fit")
-        return cls(fields, image_key, state_key, action_key, "lerobot")
+        return cls(fields, images, state_key, action_key, "lerobot", env_key)
 
 
 def key_problems(problems: dict[str, list[str]], what: str) -> None:

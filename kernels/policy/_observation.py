@@ -26,7 +26,7 @@ from ..unet1d import _checkpoint_pickle as unpickle
 from . import _observation_formats as fmt
 from ._encoder import EncoderConfig, ObsEncoder
 from ._normalizer import Normalizer, key_problems
-from ._observation_lerobot import lerobot_side
+from ._observation_lerobot import StateConditioning, lerobot_side
 
 UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
 UNET_STEP = "model.diffusion_step_encoder.1.weight"  # (4 dsed, dsed)
@@ -41,6 +41,7 @@ class ObservationSide:
     encoder_reason: str = ""  # why encoder is None
     normalizer_reason: str = ""
     notes: list[str] = field(default_factory=list)
+    state: StateConditioning | None = None  # a LeRobot policy without cameras: its conditioning from the state
 
 
 def load_observation_side(path: str | Path, prefer_ema: bool = True) -> ObservationSide:

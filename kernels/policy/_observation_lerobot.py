@@ -10,6 +10,10 @@ it: one shared encoder); fields of either config era (input_features + normaliza
 *_normalization_modes). Not implemented (None plus the reason): an environment-state feature, `resize_shape`, a
 backbone other than resnet18. Keys that do not fit (missing, unexpected, misshaped) raise one CheckpointError.
 
+A policy without cameras (e.g. LeRobot's Push-T keypoints policy: `observation.state` and
+`observation.environment_state`) has no encoder: its conditioning is the normalised state, then the environment
+state, per frame (`StateConditioning`, which the Policy applies to `predict(agent_pos=, env_state=)`).
+
 Normaliser: a processor-pipeline release keeps the statistics beside the policy (`policy_preprocessor.json` with a
 `normalizer_processor` step and its state file, `policy_postprocessor.json` with an `unnormalizer_processor`);
 older releases keep them in model.safetensors (`normalize_inputs.buffer_*`, `unnormalize_outputs.buffer_action.*`).
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,10 +38,44 @@ from ._normalizer import Normalizer, key_problems
 if TYPE_CHECKING:
     from ._observation import ObservationSide
 
+ENV_KEY = "observation.environment_state"
 PROCESSORS = {"pre": ("policy_preprocessor.json", "normalizer_processor"),
               "post": ("policy_postprocessor.json", "unnormalizer_processor")}
 UNET_COND = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?down_modules\.0\.0\.cond_encoder\.1\.weight$")
 UNET_STEP = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?diffusion_step_encoder\.1\.weight$")
+
+
+@dataclass(frozen=True)
+class StateConditioning:
+    """A LeRobot policy without cameras: global_cond = per frame cat(state, environment state), frames in order
+    (DiffusionModel._prepare_global_conditioning with no image features)."""
+
+    n_obs_steps: int
+    state_dim: int
+    env_dim: int  # 0: no environment-state feature
+
+    @property
+    def cond_dim(self) -> int:
+        return self.n_obs_steps * (self.state_dim + self.env_dim)
+
+    def check(self, state: object, env_state: object) -> None:
+        """ValueError naming the expected and the received shapes."""
+        n = self.n_obs_steps
+        for name, x, d in (("agent_pos", state, self.state_dim), ("env_state", env_state, self.env_dim)):
+            if d == 0:
+                if x is not None:
+                    raise ValueError("this policy has no environment-state feature: call it without env_state=")
+                continue
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or tuple(x.shape[1:]) != (n, d):
+                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"{name} must be (B, {n}, {d}), got {got}")
+        if self.env_dim and env_state.shape[0] != state.shape[0]:
+            raise ValueError(f"env_state has batch {env_state.shape[0]} but agent_pos has {state.shape[0]}")
+
+    def __call__(self, state: torch.Tensor, env_state: torch.Tensor | None) -> torch.Tensor:
+        """(B, n_obs, state_dim) [and (B, n_obs, env_dim)], normalised -> (B, cond_dim)."""
+        self.check(state, env_state)
+        return torch.cat([state] if self.env_dim == 0 else [state, env_state], dim=-1).flatten(start_dim=1)
 
 
 def lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
@@ -53,7 +92,10 @@ def lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
         config, side.encoder_reason = _encoder_config(cfg, images, states, others)
         if config is not None:
             side.encoder = _load_encoder(sd, config, notes)
-        side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, images or ["observation.image"], notes)
+        env = ENV_KEY if not images and others == [ENV_KEY] else None
+        if not images and states == ["observation.state"] and others in ([], [ENV_KEY]):
+            side.state = _state_conditioning(cfg, sd, env)
+        side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, images, env, notes)
     except ck.CheckpointError as e:
         raise ck.CheckpointError(f"{folder}: {e}") from None
     return side
@@ -114,6 +156,22 @@ def _encoder_config(cfg: dict, images: list[str], states: list[str], others: lis
         raise ck.CheckpointError(f"config.json: encoder settings do not fit: {e}") from None
 
 
+def _state_conditioning(cfg: dict, sd: dict[str, torch.Tensor], env: str | None) -> StateConditioning:
+    out = StateConditioning(int(cfg.get("n_obs_steps", 2)), int(_shape(cfg, "observation.state")[0]),
+                            int(_shape(cfg, env)[0]) if env else 0)
+    width = _unet_cond_width(sd)
+    if width is not None and width != out.cond_dim:
+        raise ck.CheckpointError(f"the state gives {out.n_obs_steps} x ({out.state_dim} + {out.env_dim}) = "
+                                 f"{out.cond_dim} features but the U-Net's global_cond_dim is {width}")
+    return out
+
+
+def _unet_cond_width(sd: dict[str, torch.Tensor]) -> int | None:
+    cond = [sd[k].shape[1] for k in sd if UNET_COND.match(k)]
+    step = [sd[k].shape[1] for k in sd if UNET_STEP.match(k)]
+    return cond[0] - step[0] if cond and step else None
+
+
 def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: list[str]) -> ObsEncoder:
     """ObsEncoder(config) with the folder's weights, keys checked strictly; the U-Net's cond width too."""
     present, prefix = [k for k in sd if k.startswith(fmt.LEROBOT_ENCODER)], fmt.LEROBOT_ENCODER
@@ -127,13 +185,12 @@ def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: lis
                  f"rgb_encoder keys do not fit LeRobot's DiffusionRgbEncoder ({config.norm} norm, "
                  f"{config.keypoints} keypoints, {'one per camera' if config.separate else 'one shared'}) "
                  f"under {prefix!r}")
-    cond = [sd[k].shape[1] for k in sd if UNET_COND.match(k)]
-    step = [sd[k].shape[1] for k in sd if UNET_STEP.match(k)]
-    if cond and step and cond[0] - step[0] != config.cond_dim:
+    width = _unet_cond_width(sd)
+    if width is not None and width != config.cond_dim:
         cams = f"{config.n_cameras} x " if config.n_cameras > 1 else ""
         raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.low_dim} + {cams}"
                                  f"{config.feature_dim}) = {config.cond_dim} features but the U-Net's global_cond_dim "
-                                 f"is {cond[0] - step[0]}")
+                                 f"is {width}")
     state = {v: sd[k] for k, v in ours.items()}
     if any(t.is_floating_point() and t.dtype != torch.float32 for t in state.values()):
         notes.append("encoder weights converted to float32")
@@ -143,8 +200,8 @@ def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: lis
     return encoder.eval()
 
 
-def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_keys: list[str], notes: list[str]
-                ) -> tuple[Normalizer | None, str]:
+def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_keys: list[str], env: str | None,
+                notes: list[str]) -> tuple[Normalizer | None, str]:
     steps = {}
     for where, (name, registry) in PROCESSORS.items():
         if (folder / name).is_file():
@@ -154,15 +211,14 @@ def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_keys
             raise ck.CheckpointError(f"{PROCESSORS['pre' if 'post' in steps else 'post'][0]} is missing beside "
                                      f"{PROCESSORS['post' if 'post' in steps else 'pre'][0]}")
         notes.append(f"normaliser: {steps['pre'][2]} and {steps['post'][2]}")
-        norm = Normalizer.from_lerobot_processors(steps["pre"][:2], steps["post"][:2], image_key=image_keys)
+        norm = Normalizer.from_lerobot_processors(steps["pre"][:2], steps["post"][:2], image_key=image_keys,
+                                                  env_key=env)
         return norm, ""
     if not any(k.startswith(fmt.LEROBOT_INPUTS) for k in sd):
         return None, ("no policy_preprocessor.json / policy_postprocessor.json and no normalize_inputs.* buffers in "
                       "model.safetensors: the folder holds no normalisation statistics")
     modes, images = _lerobot_modes(cfg, sd, notes)
-    if not images:
-        return None, "no image feature among the normalisation buffers"
-    return Normalizer.from_lerobot(sd, modes, image_key=images), ""
+    return Normalizer.from_lerobot(sd, modes, image_key=images, env_key=env), ""
 
 
 def _processor_step(folder: Path, name: str, registry: str) -> tuple[dict, dict[str, torch.Tensor], str]:

@@ -52,6 +52,7 @@ class Policy:
     notes: list[str] = field(default_factory=list)
     load_latency_ms: dict[str, float] = field(default_factory=dict)  # pick="measure": each candidate's median
     normalizer: Any = None  # _normalizer.Normalizer: observation in, actions out in the environment's units
+    state: Any = None  # _observation_lerobot.StateConditioning: a policy without cameras, conditioned on its state
     # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps)
     action_slice: slice = field(default_factory=lambda: slice(None))
     _gen: torch.Generator | None = None
@@ -61,8 +62,11 @@ class Policy:
         return self.chunk.net.device
 
     def predict(self, global_cond: torch.Tensor | None = None, *, image: torch.Tensor | None = None,
-                agent_pos: torch.Tensor | None = None, seed: int | None = None) -> dict[str, torch.Tensor]:
-        """{"action_pred": (B, T, D) the whole denoised chunk, "action": the executed steps}, on the host."""
+                agent_pos: torch.Tensor | None = None, env_state: torch.Tensor | None = None,
+                seed: int | None = None) -> dict[str, torch.Tensor]:
+        """{"action_pred": (B, T, D) the whole denoised chunk, "action": the executed steps}, on the host. In:
+        global_cond, or the raw observation (image= and agent_pos= with an image encoder; agent_pos= and, where
+        the policy has one, env_state= for a policy without cameras)."""
         dev, cfg = self.device, self.chunk.net.config
         if self.chunk.encoder is not None:
             if image is None or agent_pos is None:
@@ -72,8 +76,15 @@ class Policy:
                 image, agent_pos = self.normalizer.normalize_obs(image, agent_pos)
             batch = image.shape[0]
         else:
+            if global_cond is None and self.state is not None and agent_pos is not None:
+                self.state.check(agent_pos, env_state)
+                state, env = (None if t is None else t.to(dev, torch.float32) for t in (agent_pos, env_state))
+                if self.normalizer is not None:
+                    state, env = self.normalizer.normalize_state(state, env)
+                global_cond, agent_pos = self.state(state, env), None
             if not isinstance(global_cond, torch.Tensor):
-                raise TypeError("this policy takes global_cond, a (B, global_cond_dim) tensor")
+                raise TypeError("this policy takes global_cond, a (B, global_cond_dim) tensor" + (
+                    ", or agent_pos= (and env_state=): its state" if self.state is not None else ""))
             global_cond = global_cond.to(dev, torch.float32).contiguous()
             batch = global_cond.shape[0]
         shape = (batch, self.horizon, cfg.input_dim)
@@ -188,9 +199,10 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
     params |= sampling_settings(stored, scheduler) | {"weights_seed": int(weights_seed), "B": int(batch)}
     params["T"] = int(horizon or stored.get("horizon") or 16)
     side = load_observation_side(checkpoint) if checkpoint is not None else None
-    if observation and (side is None or side.encoder is None):
+    if observation and (side is None or (side.encoder is None and side.state is None)):
         why = side.encoder_reason if side is not None else "random weights: pass config['encoder']"
-        raise ValueError(f"load_policy: observation=True but there is no image encoder to run ({why})")
+        raise ValueError(f"load_policy: observation=True but there is no image encoder or state conditioning to run "
+                         f"({why})")
     if side is not None and side.encoder is not None and observation is not False:
         params["encoder"] = side.encoder.config.name
     case = dpk.make_case("policy", "load_policy", dtype=dtype, **params)
@@ -199,4 +211,5 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
     normalizer = side.normalizer.to(device) if side is not None and side.normalizer is not None else None
     return Policy(choice.name, chunk, choice.fn, params["T"], choice.notes + (side.notes if side else []),
                   load_latency_ms=choice.latency_ms, normalizer=normalizer,
-                  action_slice=executed_steps(stored, params["T"]))
+                  action_slice=executed_steps(stored, params["T"]),
+                  state=side.state if side is not None and observation is not False else None)
