@@ -104,6 +104,12 @@ class EncoderConfig:
         return self.n_cameras * self.feature_dim + self.low_dim
 
     @property
+    def frame_parts(self) -> list[object]:
+        """One frame's features in the layout's order, for messages: [512, 2] or [2, 64] ([2, '2 x 64'])."""
+        images = self.feature_dim if self.n_cameras == 1 else f"{self.n_cameras} x {self.feature_dim}"
+        return [images, self.low_dim] if self.layout == "diffusion_policy" else [self.low_dim, images]
+
+    @property
     def input_shape(self) -> tuple[int, ...]:
         """An observation's image shape after the batch: (n_obs, 3, H, W), with n_cameras before C when > 1."""
         return (self.n_obs_steps, *((self.n_cameras,) if self.n_cameras > 1 else ()), *self.image_shape)

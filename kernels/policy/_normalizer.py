@@ -83,7 +83,7 @@ class Normalizer(nn.Module):
     def __init__(self, fields: dict[str, Field], image_key: str | Sequence[str], state_key: str, action_key: str,
                  source: str, env_key: str | None = None):
         super().__init__()
-        self.image_keys = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        self.image_keys, self.has_env = _keys(image_key), env_key is not None
         self.keys = (*self.image_keys, state_key, *((env_key,) if env_key else ()), action_key)
         missing = [k for k in self.keys if k not in fields]
         if missing:
@@ -114,7 +114,7 @@ class Normalizer(nn.Module):
                         ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The low-dim state (and, where the policy has one, the environment state) -> the conditioning's."""
         n = len(self.image_keys)
-        env = self.fields[n + 1].normalize(env_state) if env_state is not None and len(self.keys) > n + 2 else env_state
+        env = self.fields[n + 1].normalize(env_state) if env_state is not None and self.has_env else env_state
         return self.fields[n].normalize(state), env
 
     def normalize_action(self, action: torch.Tensor) -> torch.Tensor:
@@ -164,7 +164,7 @@ class Normalizer(nn.Module):
         min_max or identity (LeRobot's normalization_mapping applied to each feature's type)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
-        images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        images = _keys(image_key)
         inputs = (*images, state_key, *((env_key,) if env_key else ()))
         for key, where in (*((k, LEROBOT_INPUTS) for k in inputs), (action_key, LEROBOT_OUTPUTS)):
             mode, base = modes.get(key, "identity"), f"{where}buffer_{key.replace('.', '_')}."
@@ -197,7 +197,7 @@ class Normalizer(nn.Module):
         state file's tensors `<key>.<stat>`). A visual feature's (C,) statistics broadcast as (C, 1, 1)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
-        images = (image_key,) if isinstance(image_key, str) else tuple(image_key)
+        images = _keys(image_key)
         lows = (state_key, *((env_key,) if env_key else ()))
         for key, (config, state) in (*((k, pre) for k in (*images, *lows)), (action_key, post)):
             feature = (config.get("features") or {}).get(key)
@@ -227,6 +227,11 @@ class Normalizer(nn.Module):
                 fields[key] = Field(kind, a, b, eps=float(config.get("eps", EPS)))
         key_problems(problems, "LeRobot processor statistics do not fit")
         return cls(fields, images, state_key, action_key, "lerobot", env_key)
+
+
+def _keys(key: str | Sequence[str]) -> tuple[str, ...]:
+    """One image key or several (one per camera) as a tuple."""
+    return (key,) if isinstance(key, str) else tuple(key)
 
 
 def key_problems(problems: dict[str, list[str]], what: str) -> None:

@@ -19,13 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from ..unet1d import _checkpoint as ck
 from ..unet1d import _checkpoint_pickle as unpickle
 from . import _observation_formats as fmt
 from ._encoder import EncoderConfig, ObsEncoder
-from ._normalizer import Normalizer, key_problems
+from ._normalizer import Normalizer
 from ._observation_lerobot import StateConditioning, lerobot_side
 
 UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
@@ -180,24 +178,13 @@ def _load_encoder(sd: dict[str, Any], enc_keys: list[str], config: EncoderConfig
         shared = any(k.startswith(f"{fmt.DP_MODELS}rgb.") for k in enc_keys) and config.rgb_key != "rgb"
     prefix = fmt.dp_model_prefix(config, shared)
     encoder = ObsEncoder(config)
-    ref = {prefix + k[len("backbone."):]: tuple(v.shape) for k, v in encoder.state_dict().items()}
-    problems = {"missing": [k for k in ref if k not in sd],
-                "unexpected": [k for k in enc_keys if k not in ref and k != fmt.DP_DUMMY],
-                "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
-                              for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]}
-    key_problems(problems, f"obs_encoder keys do not fit the GroupNorm ResNet-18 under {prefix!r}")
-    if UNET_COND in sd and UNET_STEP in sd:
-        cond = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1]
-        if cond != config.cond_dim:
-            raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.feature_dim} + "
-                                     f"{config.low_dim}) = {config.cond_dim} features but the U-Net's "
-                                     f"global_cond_dim is {cond}")
-    weights = {"backbone." + k[len(prefix):]: sd[k] for k in ref}
-    if any(v.dtype != torch.float32 for v in weights.values()):
-        notes.append("encoder weights converted to float32")
-    encoder.load_state_dict({k: v.float() for k, v in weights.items()}, strict=True)
-    notes.append(f"encoder: {prefix}* ({len(ref)} tensors), {config}")
-    return encoder.eval()
+    keys = {prefix + k[len("backbone."):]: k for k in encoder.state_dict()}
+    encoder = fmt.load_strict(encoder, sd, keys, [k for k in enc_keys if k != fmt.DP_DUMMY],
+                              f"obs_encoder keys do not fit the GroupNorm ResNet-18 under {prefix!r}", notes)
+    width = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1] if UNET_COND in sd and UNET_STEP in sd else None
+    fmt.check_width("encoder", config.n_obs_steps, config.frame_parts, config.cond_dim, width)
+    notes.append(f"encoder: {prefix}* ({len(keys)} tensors), {config}")
+    return encoder
 
 
 def _cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:

@@ -31,8 +31,10 @@ from typing import Any
 import torch
 
 from ..unet1d import _checkpoint_formats as unet_fmt
+from ..unet1d._checkpoint import CheckpointError
 from ._encoder import EncoderConfig, ObsEncoder
 from ._keypoints import lerobot_encoder_key
+from ._normalizer import key_problems
 
 DP_ENCODER = "obs_encoder."
 DP_MODELS = "obs_encoder.key_model_map."
@@ -42,6 +44,31 @@ DP_NORMALIZER = "normalizer.params_dict."
 DP_IMAGE_POLICY = "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy"
 LEROBOT_INPUTS, LEROBOT_OUTPUTS, LEROBOT_TARGETS = "normalize_inputs.", "unnormalize_outputs.", "normalize_targets."
 LEROBOT_ENCODER = "diffusion.rgb_encoder."
+
+
+def load_strict(encoder: ObsEncoder, sd: dict[str, torch.Tensor], keys: dict[str, str], present: list[str],
+                what: str, notes: list[str]) -> ObsEncoder:
+    """`encoder` with the checkpoint's tensors: `keys` maps each checkpoint key to the encoder's; `present`, the
+    checkpoint's keys under the encoder's prefix. One CheckpointError lists what is missing, unexpected or
+    misshaped; floating tensors are loaded as float32 (noted when converted)."""
+    ours = encoder.state_dict()
+    ref = {k: tuple(ours[v].shape) for k, v in keys.items()}
+    key_problems({"missing": [k for k in ref if k not in sd],
+                  "unexpected": [k for k in present if k not in ref],
+                  "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
+                                for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]}, what)
+    state = {v: sd[k] for k, v in keys.items()}
+    if any(t.is_floating_point() and t.dtype != torch.float32 for t in state.values()):
+        notes.append("encoder weights converted to float32")
+    encoder.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
+    return encoder.eval()
+
+
+def check_width(who: str, n_obs: int, parts: list[object], width: int, unet_width: int | None) -> None:
+    """CheckpointError unless the conditioning's width (n_obs frames of `parts`) is the U-Net's global_cond_dim."""
+    if unet_width is not None and unet_width != width:
+        raise CheckpointError(f"the {who} gives {n_obs} x ({' + '.join(map(str, parts))}) = {width} features but "
+                              f"the U-Net's global_cond_dim is {unet_width}")
 
 
 def dp_model_prefix(config: EncoderConfig, shared: bool = False) -> str:

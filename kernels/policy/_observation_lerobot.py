@@ -33,7 +33,7 @@ from ..unet1d import _checkpoint as ck
 from . import _observation_formats as fmt
 from ._encoder import EncoderConfig, ObsEncoder
 from ._keypoints import lerobot_encoder_key
-from ._normalizer import Normalizer, key_problems
+from ._normalizer import Normalizer
 
 if TYPE_CHECKING:
     from ._observation import ObservationSide
@@ -73,8 +73,7 @@ class StateConditioning:
             raise ValueError(f"env_state has batch {env_state.shape[0]} but agent_pos has {state.shape[0]}")
 
     def __call__(self, state: torch.Tensor, env_state: torch.Tensor | None) -> torch.Tensor:
-        """(B, n_obs, state_dim) [and (B, n_obs, env_dim)], normalised -> (B, cond_dim)."""
-        self.check(state, env_state)
+        """(B, n_obs, state_dim) [and (B, n_obs, env_dim)], checked and normalised -> (B, cond_dim)."""
         return torch.cat([state] if self.env_dim == 0 else [state, env_state], dim=-1).flatten(start_dim=1)
 
 
@@ -159,10 +158,7 @@ def _encoder_config(cfg: dict, images: list[str], states: list[str], others: lis
 def _state_conditioning(cfg: dict, sd: dict[str, torch.Tensor], env: str | None) -> StateConditioning:
     out = StateConditioning(int(cfg.get("n_obs_steps", 2)), int(_shape(cfg, "observation.state")[0]),
                             int(_shape(cfg, env)[0]) if env else 0)
-    width = _unet_cond_width(sd)
-    if width is not None and width != out.cond_dim:
-        raise ck.CheckpointError(f"the state gives {out.n_obs_steps} x ({out.state_dim} + {out.env_dim}) = "
-                                 f"{out.cond_dim} features but the U-Net's global_cond_dim is {width}")
+    fmt.check_width("state", out.n_obs_steps, [out.state_dim, out.env_dim], out.cond_dim, _unet_cond_width(sd))
     return out
 
 
@@ -174,30 +170,17 @@ def _unet_cond_width(sd: dict[str, torch.Tensor]) -> int | None:
 
 def _load_encoder(sd: dict[str, torch.Tensor], config: EncoderConfig, notes: list[str]) -> ObsEncoder:
     """ObsEncoder(config) with the folder's weights, keys checked strictly; the U-Net's cond width too."""
-    present, prefix = [k for k in sd if k.startswith(fmt.LEROBOT_ENCODER)], fmt.LEROBOT_ENCODER
+    prefix = fmt.LEROBOT_ENCODER
     encoder = ObsEncoder(config)
-    ours = {prefix + lerobot_encoder_key(k, config.separate): k for k in encoder.state_dict()}
-    ref = {k: tuple(encoder.state_dict()[v].shape) for k, v in ours.items()}
-    key_problems({"missing": [k for k in ref if k not in sd],
-                  "unexpected": [k for k in present if k not in ref],
-                  "misshaped": [f"{k} (expected {ref[k]}, found {tuple(sd[k].shape)})"
-                                for k in ref if k in sd and tuple(sd[k].shape) != ref[k]]},
-                 f"rgb_encoder keys do not fit LeRobot's DiffusionRgbEncoder ({config.norm} norm, "
-                 f"{config.keypoints} keypoints, {'one per camera' if config.separate else 'one shared'}) "
-                 f"under {prefix!r}")
-    width = _unet_cond_width(sd)
-    if width is not None and width != config.cond_dim:
-        cams = f"{config.n_cameras} x " if config.n_cameras > 1 else ""
-        raise ck.CheckpointError(f"the encoder gives {config.n_obs_steps} x ({config.low_dim} + {cams}"
-                                 f"{config.feature_dim}) = {config.cond_dim} features but the U-Net's global_cond_dim "
-                                 f"is {width}")
-    state = {v: sd[k] for k, v in ours.items()}
-    if any(t.is_floating_point() and t.dtype != torch.float32 for t in state.values()):
-        notes.append("encoder weights converted to float32")
-    encoder.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=True)
-    notes.append(f"encoder: {prefix}* ({len(ref)} tensors, {config.n_cameras} camera(s), "
+    keys = {prefix + lerobot_encoder_key(k, config.separate): k for k in encoder.state_dict()}
+    encoder = fmt.load_strict(encoder, sd, keys, [k for k in sd if k.startswith(prefix)],
+                              f"rgb_encoder keys do not fit LeRobot's DiffusionRgbEncoder ({config.norm} norm, "
+                              f"{config.keypoints} keypoints, {'one per camera' if config.separate else 'one shared'})"
+                              f" under {prefix!r}", notes)
+    fmt.check_width("encoder", config.n_obs_steps, config.frame_parts, config.cond_dim, _unet_cond_width(sd))
+    notes.append(f"encoder: {prefix}* ({len(keys)} tensors, {config.n_cameras} camera(s), "
                  f"{'one encoder per camera' if config.separate else 'one shared encoder'}), {config}")
-    return encoder.eval()
+    return encoder
 
 
 def _normalizer(folder: Path, cfg: dict, sd: dict[str, torch.Tensor], image_keys: list[str], env: str | None,
