@@ -22,6 +22,14 @@ per frame the state first, then each camera's features in the config's camera or
 cameras, or one per camera with `separate`); frames flattened as above. Several cameras come as one image tensor
 (B, n_obs, n_cameras, 3, H, W), as LeRobot stacks them. Its image normalisation is the normaliser's (dataset
 statistics).
+
+`layout="robomimic"` is Diffusion Policy's DiffusionUnetHybridImagePolicy (the paper's image policies, its Push-T
+checkpoints among them): robomimic 0.2.0's ObservationEncoder with one rgb key and one low-dim key, eval, with
+`eval_fixed_crop` (Diffusion Policy's CropRandomizer: torchvision's center crop; 76 x 76 by default) and every
+BatchNorm replaced by GroupNorm(C // 16) with `obs_encoder_group_norm` (else BatchNorm, running statistics): per
+image VisualCore (ResNet-18 trunk, robomimic's SpatialSoftmax, Linear(2K, feature_dimension = 64)), then ReLU; per
+frame the keys in shape_meta's order (Push-T: image, then agent_pos: 64 + 2); frames flattened as above (2 x 66 = 132
+on Push-T). Images are normalised by the policy's LinearNormalizer only.
 forward has no host syncs and no data-dependent branches, so it can be captured in a CUDA graph and compiled
 whole; the checks read shapes, dtypes and devices only.
 """
@@ -37,7 +45,7 @@ from ._resnet import FEATURE_DIM, NORMS, ResNet18, conv_output_size
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)  # upstream's imagenet_norm: torchvision Normalize with these
 IMAGENET_STD = (0.229, 0.224, 0.225)
-LAYOUTS = ("diffusion_policy", "lerobot")
+LAYOUTS = ("diffusion_policy", "lerobot", "robomimic")
 
 
 @dataclass(frozen=True)
@@ -48,13 +56,15 @@ class EncoderConfig:
     crop_shape: tuple[int, int] | None = (84, 84)  # eval-time center crop; None: the full image
     n_obs_steps: int = 2
     low_dim: int = 2  # agent_pos
-    feature_dim: int = FEATURE_DIM  # per image: ResNet-18's 512 (diffusion_policy); 2 keypoints (lerobot)
+    feature_dim: int = FEATURE_DIM  # per image: ResNet-18's 512 (diffusion_policy); 2 keypoints (lerobot); the
+    # Linear's width (robomimic: feature_dimension)
     imagenet_norm: bool = False
     rgb_key: str = "image"  # names in the checkpoint (state-dict keys, normalizer fields)
     low_dim_key: str = "agent_pos"
-    layout: str = "diffusion_policy"  # or "lerobot": SpatialSoftmax head, the state before the image features
+    layout: str = "diffusion_policy"  # or "lerobot": SpatialSoftmax head, the state before the image features;
+    # or "robomimic": robomimic's SpatialSoftmax head, the image before the state
     norm: str = "group"  # the ResNet's norm: GroupNorm(C // 16), or "batch" (lerobot without use_group_norm)
-    keypoints: int = 32  # lerobot: spatial_softmax_num_keypoints
+    keypoints: int = 32  # lerobot: spatial_softmax_num_keypoints; robomimic: num_kp
     n_cameras: int = 1  # lerobot: cameras of one (C, H, W) shape, in the config's order
     separate: bool = False  # lerobot: use_separate_rgb_encoder_per_camera
 
@@ -73,10 +83,12 @@ class EncoderConfig:
             raise ValueError("the diffusion_policy layout is upstream's GroupNorm ResNet: norm 'group'")
         if self.keypoints < 1:
             raise ValueError(f"keypoints must be >= 1, got {self.keypoints}")
-        if self.n_cameras < 1 or (self.layout == "diffusion_policy" and (self.n_cameras, self.separate) != (1, False)):
-            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the diffusion_policy layout has "
+        if self.n_cameras < 1 or (self.layout != "lerobot" and (self.n_cameras, self.separate) != (1, False)):
+            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the {self.layout} layout has "
                              "one camera; LeRobot's at least one")
-        want = 2 * self.keypoints if self.layout == "lerobot" else FEATURE_DIM
+        if self.layout == "robomimic" and self.feature_dim < 1:
+            raise ValueError(f"feature_dim {self.feature_dim}: robomimic's Linear needs at least one output")
+        want = {"lerobot": 2 * self.keypoints, "diffusion_policy": FEATURE_DIM}.get(self.layout, self.feature_dim)
         if self.feature_dim != want:
             raise ValueError(f"feature_dim {self.feature_dim}: the {self.layout} layout gives {want} per image "
                              f"({'2 x keypoints' if self.layout == 'lerobot' else 'only ResNet-18 is implemented'})")
@@ -87,10 +99,16 @@ class EncoderConfig:
         kw = {"rgb_key": "observation.image", "low_dim_key": "observation.state", **kw}
         return cls(layout="lerobot", feature_dim=2 * int(kw.get("keypoints", 32)), **kw)
 
+    @classmethod
+    def robomimic(cls, **kw: object) -> EncoderConfig:
+        """DiffusionUnetHybridImagePolicy's (Push-T: 2 frames of 3 x 96 x 96, crop 76, 32 keypoints, 64 features:
+        132 wide)."""
+        return cls(**{"layout": "robomimic", "crop_shape": (76, 76), "feature_dim": 64, **kw})
+
     @property
     def name(self) -> str:
         """The case parameter `encoder` that builds this architecture (_encoding.ENCODERS)."""
-        return "resnet18_gn" if self.layout == "diffusion_policy" else f"lerobot_resnet18_{self.norm[0]}n"
+        return "resnet18_gn" if self.layout == "diffusion_policy" else f"{self.layout}_resnet18_{self.norm[0]}n"
 
     @property
     def map_shape(self) -> tuple[int, int]:
@@ -107,7 +125,7 @@ class EncoderConfig:
     def frame_parts(self) -> list[object]:
         """One frame's features in the layout's order, for messages: [512, 2] or [2, 64] ([2, '2 x 64'])."""
         images = self.feature_dim if self.n_cameras == 1 else f"{self.n_cameras} x {self.feature_dim}"
-        return [images, self.low_dim] if self.layout == "diffusion_policy" else [self.low_dim, images]
+        return [self.low_dim, images] if self.layout == "lerobot" else [images, self.low_dim]
 
     @property
     def input_shape(self) -> tuple[int, ...]:
@@ -132,22 +150,23 @@ class ObsEncoder(nn.Module):
 
     `seed` initialises the backbone as torchvision does after torch.manual_seed(seed) (the global RNG is left as it
     was); None draws from the global RNG. State-dict keys are `backbone.<torchvision resnet18 key>`, and for
-    LeRobot's layout `rgb.<i>.{backbone,pool,out}.*` (_keypoints.py: one encoder, or one per camera).
+    LeRobot's and robomimic's layouts `rgb.<i>.{backbone,pool,out}.*` (_keypoints.py: one encoder, or one per camera).
     """
 
     def __init__(self, config: EncoderConfig | None = None, seed: int | None = 0):
         super().__init__()
         self.config = config or EncoderConfig()
-        if self.config.layout == "lerobot" and min(self.config.map_shape) < 1:
+        if self.config.layout != "diffusion_policy" and min(self.config.map_shape) < 1:
             raise ValueError(f"an image of {self.config.crop_shape or self.config.image_shape[1:]} leaves no "
                              "layer4 map for the keypoints")
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
             cfg = self.config
-            if cfg.layout == "lerobot":  # LeRobot's encoders, built one after the other as its list comprehension
+            if cfg.layout != "diffusion_policy":  # LeRobot's encoders, built one after the other as its list
+                # comprehension does; robomimic's one VisualCore
                 self.backbone, self.rgb = None, nn.ModuleList(
-                    RgbEncoder(cfg.norm, *cfg.map_shape, cfg.keypoints)
+                    RgbEncoder(cfg.norm, *cfg.map_shape, cfg.keypoints, cfg.layout, cfg.feature_dim)
                     for _ in range(cfg.n_cameras if cfg.separate else 1))
             else:
                 self.backbone, self.rgb = ResNet18(), None
@@ -182,7 +201,8 @@ class ObsEncoder(nn.Module):
                 feats = self.rgb[0](self.transform(x.reshape(-1, *cfg.image_shape))).reshape(b * n, -1)
             else:
                 feats = torch.cat([enc(self.transform(x[:, c])) for c, enc in enumerate(self.rgb)], dim=-1)
-            frames = torch.cat([low, feats], dim=-1)  # LeRobot: the state first
+            # LeRobot: the state first; robomimic: shape_meta's order, the image first
+            frames = torch.cat([low, feats] if cfg.layout == "lerobot" else [feats, low], dim=-1)
         return frames.reshape(b, n * cfg.frame_dim)
 
     def check_inputs(self, image: torch.Tensor, agent_pos: torch.Tensor) -> None:

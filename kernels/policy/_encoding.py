@@ -2,12 +2,13 @@
 
 `encoder: none` (the default): the chunk starts from the global conditioning. `encoder: resnet18_gn`: Diffusion
 Policy's image encoder (_encoder.py) runs first, on the (normalised) observation; `lerobot_resnet18_gn` /
-`lerobot_resnet18_bn`: LeRobot's (SpatialSoftmax keypoints, GroupNorm or BatchNorm ResNet). Weights come from the
-case's checkpoint (load_observation_side: an error with the reason when it holds none) or are seeded
-(`weights_seed`), with `image_size`, `crop`, `n_obs_steps`, `keypoints`, `cameras`, `separate` from the case
-(Push-T's 96, 84, 2, 32, one camera by default). The U-Net's global_cond_dim must be the encoder's width:
-n_obs_steps x (512 + 2) for Diffusion Policy's, n_obs_steps x (2 + cameras x 2 keypoints) for LeRobot's (132 on
-Push-T).
+`lerobot_resnet18_bn`: LeRobot's (SpatialSoftmax keypoints, GroupNorm or BatchNorm ResNet);
+`robomimic_resnet18_gn` / `robomimic_resnet18_bn`: Diffusion Policy's hybrid image policy (robomimic's VisualCore,
+64 features). Weights come from the case's checkpoint (load_observation_side: an error with the reason when it holds
+none) or are seeded (`weights_seed`), with `image_size`, `crop`, `n_obs_steps`, `keypoints`, `cameras`, `separate`
+from the case (Push-T's 96, 84 (76 for robomimic's), 2, 32, one camera by default). The U-Net's global_cond_dim
+must be the encoder's width: n_obs_steps x (512 + 2) for Diffusion Policy's, n_obs_steps x (2 + cameras x 2
+keypoints) for LeRobot's, n_obs_steps x (64 + 2) for robomimic's (132 on Push-T for both).
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from torch import nn
 from ..unet1d._net import weights_key
 from ._encoder import EncoderConfig, ObsEncoder
 
-ENCODERS = ("none", "resnet18_gn", "lerobot_resnet18_gn", "lerobot_resnet18_bn")
+ENCODERS = ("none", "resnet18_gn", "lerobot_resnet18_gn", "lerobot_resnet18_bn", "robomimic_resnet18_gn",
+            "robomimic_resnet18_bn")
 # every variant runs the PyTorch encoder, so its convs are TF32 wherever cuDNN's default allows it
 ENCODER_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 
@@ -81,10 +83,13 @@ _encoders: dict[tuple, Encoder] = {}
 
 
 def _config(params: Mapping[str, Any]) -> EncoderConfig:
-    size, crop = int(params.get("image_size", 96)), params.get("crop", 84)
+    name = params["encoder"]
+    size, crop = int(params.get("image_size", 96)), params.get("crop", 76 if name.startswith("robomimic_") else 84)
     kw = {"image_shape": (3, size, size), "crop_shape": None if crop is None else (int(crop), int(crop)),
           "n_obs_steps": int(params.get("n_obs_steps", 2))}
-    name = params["encoder"]
+    if name.startswith("robomimic_"):
+        return EncoderConfig.robomimic(norm="group" if name.endswith("_gn") else "batch",
+                                       keypoints=int(params.get("keypoints", 32)), **kw)
     if name.startswith("lerobot_"):
         return EncoderConfig.lerobot(norm="group" if name.endswith("_gn") else "batch",
                                      keypoints=int(params.get("keypoints", 32)),

@@ -1,4 +1,4 @@
-"""LeRobot's DiffusionRgbEncoder after its crop: ResNet-18 trunk -> SpatialSoftmax keypoints -> Linear -> ReLU.
+"""The keypoint image encoders after their crop: ResNet-18 trunk -> SpatialSoftmax keypoints -> Linear -> ReLU.
 
 What LeRobot's encoder computes (policies/diffusion/modeling_diffusion.py), eval, on a cropped (N, 3, h, w) image:
   - `backbone`: torchvision's resnet18 children[:-2] (GroupNorm(C // 16) with use_group_norm, else BatchNorm):
@@ -12,6 +12,14 @@ Keys under the encoder's prefix (`diffusion.rgb_encoder.`, or `.<camera>.` with 
 `backbone.*`, `pool.nets.{weight,bias}`, `pool.pos_grid`, `out.{weight,bias}`. The backbone is a Sequential, so its
 keys are numbered where ResNet18's are named (`backbone.0` conv1, `backbone.1` bn1, `backbone.4`..`7` layer1..4):
 `lerobot_encoder_key` maps them.
+
+robomimic's VisualCore (ResNet18Conv, SpatialSoftmax, Flatten, Linear; robomimic 0.2.0, which Diffusion Policy's
+DiffusionUnetHybridImagePolicy pins) computes the same up to two details: its SpatialSoftmax divides the maps by a
+`temperature` buffer before the softmax and sums `pos_x * attention` and `pos_y * attention` over the positions
+(buffers (1, h' w'), the same float32 grid) instead of a matmul; and its Linear maps 2K to `feature_dimension` (64),
+the ReLU being its ObservationEncoder's activation. `head="robomimic"` builds that form (`RobomimicSoftmax`);
+`robomimic_encoder_keys` gives its two key paths (VisualCore registers its backbone and pool both by name and inside
+`nets`, so a checkpoint holds each tensor twice).
 """
 from __future__ import annotations
 
@@ -73,15 +81,55 @@ class SpatialSoftmax(nn.Module):
         return (attention @ self.pos_grid).view(-1, self.keypoints, 2)
 
 
-class RgbEncoder(nn.Module):
-    """A cropped (N, 3, h, w) image -> 2K features: LeRobot's DiffusionRgbEncoder without its crop (ObsEncoder's
-    transform crops), built in its order: the ResNet, then `pool`, then `out` (the seeded values are LeRobot's)."""
+class RobomimicSoftmax(nn.Module):
+    """robomimic 0.2.0's SpatialSoftmax, eval, without variance output: (N, C, h, w) -> (N, K, 2)."""
 
-    def __init__(self, norm: str, h: int, w: int, keypoints: int):
+    def __init__(self, h: int, w: int, keypoints: int, channels: int = FEATURE_DIM, temperature: float = 1.0):
+        super().__init__()
+        self.h, self.w, self.keypoints = h, w, keypoints
+        self.nets = nn.Conv2d(channels, keypoints, kernel_size=1)
+        self.register_buffer("temperature", torch.ones(1) * temperature)
+        grid = position_grid(h, w)
+        self.register_buffer("pos_x", grid[:, 0].reshape(1, h * w).clone())
+        self.register_buffer("pos_y", grid[:, 1].reshape(1, h * w).clone())
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        attention = torch.softmax(self.nets(features).reshape(-1, self.h * self.w) / self.temperature, dim=-1)
+        x = torch.sum(self.pos_x * attention, dim=1, keepdim=True)
+        y = torch.sum(self.pos_y * attention, dim=1, keepdim=True)
+        return torch.cat([x, y], 1).view(-1, self.keypoints, 2)
+
+
+# VisualCore's modules under both of their names: (ours, robomimic's in `nets`, robomimic's by attribute)
+ROBOMIMIC_PATHS = (("backbone.", "nets.0.nets.", "backbone.nets."), ("pool.", "nets.1.", "pool."),
+                   ("out.", "nets.3.", None))
+
+
+def robomimic_encoder_keys(key: str) -> tuple[str, ...]:
+    """ObsEncoder's key (layout "robomimic": `rgb.0.<RgbEncoder key>`) -> its paths under robomimic's
+    `obs_nets.<rgb key>.`: `rgb.0.backbone.layer1.0.bn1.weight` -> (`nets.0.nets.4.0.bn1.weight`,
+    `backbone.nets.4.0.bn1.weight`); `rgb.0.out.weight` -> (`nets.3.weight`,)."""
+    rgb, i, rest = key.split(".", 2)
+    if rgb != "rgb" or i != "0":
+        raise KeyError(key)
+    for ours, in_nets, by_name in ROBOMIMIC_PATHS:
+        if rest.startswith(ours):
+            tail = rest[len(ours):]
+            tail = resnet_to_lerobot_key(tail) if ours == "backbone." else tail
+            return (in_nets + tail,) + ((by_name + tail,) if by_name else ())
+    raise KeyError(key)
+
+
+class RgbEncoder(nn.Module):
+    """A cropped (N, 3, h, w) image -> features: LeRobot's DiffusionRgbEncoder without its crop (ObsEncoder's
+    transform crops; 2K features), or with `head="robomimic"` robomimic's VisualCore and the ReLU after it
+    (`out_dim` features). Built in their order: the ResNet, then `pool`, then `out`."""
+
+    def __init__(self, norm: str, h: int, w: int, keypoints: int, head: str = "lerobot", out_dim: int | None = None):
         super().__init__()
         self.backbone = ResNet18(norm)
-        self.pool = SpatialSoftmax(h, w, keypoints)
-        self.out = nn.Linear(2 * keypoints, 2 * keypoints)
+        self.pool = RobomimicSoftmax(h, w, keypoints) if head == "robomimic" else SpatialSoftmax(h, w, keypoints)
+        self.out = nn.Linear(2 * keypoints, out_dim or 2 * keypoints)
         self.relu = nn.ReLU()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

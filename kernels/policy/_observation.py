@@ -7,14 +7,14 @@
 diffusion_policy .ckpt (EMA weights preferred, as unet1d's loader does) or a policy state dict: the encoder from
 `obs_encoder.key_model_map.<rgb key>.*` (_observation_formats.py), configured from cfg.policy.obs_encoder and
 shape_meta, or, without a cfg, from the keys and the U-Net's global_cond_dim with Push-T defaults (each noted); the
-normaliser from `normalizer.params_dict.*`. A LeRobot folder: its DiffusionRgbEncoder (ResNet trunk + SpatialSoftmax
-keypoints + Linear, the state before the image features) and its statistics (_observation_lerobot.py). A bare U-Net
-state dict has neither. What is absent comes back as None with the reason; what is
+normaliser from `normalizer.params_dict.*`; DiffusionUnetHybridImagePolicy's robomimic encoder
+(`obs_encoder.obs_nets.*`) from _observation_hybrid.py. A LeRobot folder: its DiffusionRgbEncoder (ResNet trunk +
+SpatialSoftmax keypoints + Linear, the state before the image features) and its statistics (_observation_lerobot.py).
+A bare U-Net state dict has neither. What is absent comes back as None with the reason; what is
 present but does not fit (missing / unexpected / misshaped keys) raises one CheckpointError listing them.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,10 +24,8 @@ from ..unet1d import _checkpoint_pickle as unpickle
 from . import _observation_formats as fmt
 from ._encoder import EncoderConfig, ObsEncoder
 from ._normalizer import Normalizer
+from ._observation_hybrid import hybrid_encoder
 from ._observation_lerobot import StateConditioning, lerobot_side
-
-UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
-UNET_STEP = "model.diffusion_step_encoder.1.weight"  # (4 dsed, dsed)
 
 
 @dataclass
@@ -83,14 +81,14 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
     config, why = None, ""
     if not enc_keys:
         why = "no obs_encoder.* keys: a bare U-Net state dict or a low-dim policy has no image encoder"
-    elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):
-        why = ("obs_encoder.obs_nets.*: DiffusionUnetHybridImagePolicy's robomimic encoder (ResNet + SpatialSoftmax) "
-               "is not implemented")
+    elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):  # DiffusionUnetHybridImagePolicy: robomimic's
+        side.encoder, why = hybrid_encoder(sd, settings, cfg, notes)
+        config = side.encoder.config if side.encoder else None
     elif any(k.endswith(".running_mean") for k in enc_keys) or settings["use_group_norm"] is False:
         why = "the ResNet keeps BatchNorm (use_group_norm False): only upstream's GroupNorm ResNet is implemented"
     else:
         config, why = _encoder_config(sd, settings, notes)
-    if config is not None:
+    if config is not None and side.encoder is None:
         side.encoder = _load_encoder(sd, enc_keys, config, settings["share_rgb_model"], notes)
     side.encoder_reason = why
     image_key, state_key = (config.rgb_key, config.low_dim_key) if config else ("image", "agent_pos")
@@ -107,7 +105,7 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
 def _dp_settings(cfg: Any) -> dict[str, Any]:
     """The encoder's settings from a diffusion_policy cfg: None where absent."""
     def get(dotted: str) -> Any:
-        return _cfg_get(cfg, dotted)
+        return fmt.cfg_get(cfg, dotted)
     out = {name: get(f"policy.obs_encoder.{name}") for name in (
         "crop_shape", "random_crop", "use_group_norm", "share_rgb_model", "imagenet_norm", "resize_shape")}
     out["backbone"] = get("policy.obs_encoder.rgb_model.name")
@@ -155,8 +153,7 @@ def _encoder_config(sd: dict[str, Any], s: dict[str, Any], notes: list[str]) -> 
         assumed.append(f"imagenet_norm {defaults.imagenet_norm}")
     if s["n_obs_steps"] is not None:
         kw["n_obs_steps"] = int(s["n_obs_steps"])
-    elif UNET_COND in sd and UNET_STEP in sd:
-        cond = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1]
+    elif (cond := fmt.unet_width(sd)) is not None:
         frame = defaults.feature_dim + kw.get("low_dim", defaults.low_dim)
         if cond % frame == 0 and cond > 0:
             kw["n_obs_steps"] = cond // frame
@@ -181,15 +178,7 @@ def _load_encoder(sd: dict[str, Any], enc_keys: list[str], config: EncoderConfig
     keys = {prefix + k[len("backbone."):]: k for k in encoder.state_dict()}
     encoder = fmt.load_strict(encoder, sd, keys, [k for k in enc_keys if k != fmt.DP_DUMMY],
                               f"obs_encoder keys do not fit the GroupNorm ResNet-18 under {prefix!r}", notes)
-    width = sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1] if UNET_COND in sd and UNET_STEP in sd else None
-    fmt.check_width("encoder", config.n_obs_steps, config.frame_parts, config.cond_dim, width)
+    fmt.check_width("encoder", config.n_obs_steps, config.frame_parts, config.cond_dim, fmt.unet_width(sd))
     notes.append(f"encoder: {prefix}* ({len(keys)} tensors), {config}")
     return encoder
-
-
-def _cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:
-    """ck._cfg_get, following `${a.b}` interpolations that a cfg read without omegaconf keeps as strings."""
-    value = ck._cfg_get(cfg, dotted)
-    m = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
-    return _cfg_get(cfg, m[1], depth + 1) if m and depth < 8 else value
 

@@ -7,7 +7,8 @@
       cfg.policy.obs_encoder.{crop_shape, random_crop, use_group_norm, share_rgb_model, imagenet_norm,
       resize_shape, rgb_model.name}, cfg.policy.shape_meta (or cfg.shape_meta, cfg.task.shape_meta),
       cfg.policy.n_obs_steps, cfg.policy.obs_as_global_cond
-      DiffusionUnetHybridImagePolicy's robomimic encoder instead holds obs_encoder.obs_nets.* (not supported).
+      DiffusionUnetHybridImagePolicy: obs_encoder.obs_nets.<rgb key>.* instead (robomimic's; _observation_hybrid.py),
+      settings in cfg.policy.{crop_shape, obs_encoder_group_norm, eval_fixed_crop}
   lerobot  (model.safetensors beside config.json)
       diffusion.rgb_encoder.{backbone.<i>.*, pool.nets.*, pool.pos_grid, out.*}   DiffusionRgbEncoder (`.0.` after
           rgb_encoder with use_separate_rgb_encoder_per_camera); backbone numbered as resnet18's children[:-2]
@@ -25,15 +26,16 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from ..unet1d import _checkpoint_formats as unet_fmt
-from ..unet1d._checkpoint import CheckpointError
+from ..unet1d._checkpoint import CheckpointError, _cfg_get
 from ._encoder import EncoderConfig, ObsEncoder
-from ._keypoints import lerobot_encoder_key
+from ._keypoints import lerobot_encoder_key, robomimic_encoder_keys
 from ._normalizer import key_problems
 
 DP_ENCODER = "obs_encoder."
@@ -42,8 +44,23 @@ DP_DUMMY = "obs_encoder._dummy_variable"
 DP_HYBRID = "obs_encoder.obs_nets."
 DP_NORMALIZER = "normalizer.params_dict."
 DP_IMAGE_POLICY = "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy"
+HYBRID_POLICY = "diffusion_policy.policy.diffusion_unet_hybrid_image_policy.DiffusionUnetHybridImagePolicy"
 LEROBOT_INPUTS, LEROBOT_OUTPUTS, LEROBOT_TARGETS = "normalize_inputs.", "unnormalize_outputs.", "normalize_targets."
 LEROBOT_ENCODER = "diffusion.rgb_encoder."
+UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
+UNET_STEP = "model.diffusion_step_encoder.1.weight"  # (4 dsed, dsed)
+
+
+def unet_width(sd: dict[str, Any]) -> int | None:
+    """A diffusion_policy policy's U-Net global_cond_dim, read from its first FiLM linear; None without one."""
+    return sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1] if UNET_COND in sd and UNET_STEP in sd else None
+
+
+def cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:
+    """unet1d's _cfg_get, following `${a.b}` interpolations that a cfg read without omegaconf keeps as strings."""
+    value = _cfg_get(cfg, dotted)
+    m = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
+    return cfg_get(cfg, m[1], depth + 1) if m and depth < 8 else value
 
 
 def load_strict(encoder: ObsEncoder, sd: dict[str, torch.Tensor], keys: dict[str, str], present: list[str],
@@ -112,6 +129,26 @@ def dp_cfg(unet_config: Any, enc: EncoderConfig, random_crop: bool = True, share
         "resize_shape": None, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
         "random_crop": random_crop, "use_group_norm": True, "share_rgb_model": shared,
         "imagenet_norm": enc.imagenet_norm, **obs_encoder}
+    return cfg
+
+
+def dp_hybrid_tensors(encoder: ObsEncoder) -> dict[str, torch.Tensor]:
+    """`obs_encoder.*` of a DiffusionUnetHybridImagePolicy holding `encoder`'s weights (layout "robomimic"), in
+    robomimic's state-dict order: VisualCore's backbone and pool by name, then its `nets` (the same tensors), Linear."""
+    net, sd = f"{DP_HYBRID}{encoder.config.rgb_key}.", encoder.state_dict()
+    paths = {k: robomimic_encoder_keys(k) for k in sd}
+    by_name = {net + p[1]: sd[k].clone() for k, p in paths.items() if len(p) > 1}
+    return {**by_name, **{net + p[0]: sd[k].clone() for k, p in paths.items()}}
+
+
+def dp_hybrid_cfg(unet_config: Any, enc: EncoderConfig, **policy: Any) -> dict[str, Any]:
+    """A train_diffusion_unet_hybrid_workspace cfg (a plain dict) for this U-Net and robomimic encoder; `policy`
+    overrides entries of cfg.policy. shape_meta in the image's, then the low-dim key's order, as Push-T's."""
+    cfg = dp_cfg(unet_config, enc)
+    del cfg["policy"]["obs_encoder"]
+    cfg["name"] = "train_diffusion_unet_hybrid"
+    cfg["policy"].update({"_target_": HYBRID_POLICY, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
+                          "obs_encoder_group_norm": enc.norm == "group", "eval_fixed_crop": True, **policy})
     return cfg
 
 

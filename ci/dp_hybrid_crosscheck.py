@@ -1,0 +1,138 @@
+"""Cross-check dpk against Diffusion Policy's own DiffusionUnetHybridImagePolicy (robomimic encoder), end to end.
+
+    PYTHONPATH=$PWD python3 ci/dp_hybrid_crosscheck.py DIFFUSION_POLICY_ROOT ROBOMIMIC_ROOT
+
+DIFFUSION_POLICY_ROOT holds upstream's `diffusion_policy/` sources (real-stanford/diffusion_policy), ROBOMIMIC_ROOT
+robomimic 0.2.0's `robomimic/` (the version upstream pins); neither is installed. Needs torch, torchvision, numpy,
+einops, six, omegaconf and diffusers (zarr, which upstream's normalizer imports for fitting arrays, is stubbed).
+Builds upstream's policy class itself (its robomimic config, ObservationEncoder, GroupNorm replacement and fixed
+eval crop; the Push-T image shapes with a small U-Net), randomises its norms, softmax temperature and normaliser,
+saves a workspace checkpoint as upstream's workspace does (cfg, state_dicts.model / ema_model), loads it with dpk
+and compares, on the CPU: the global conditioning (dpk's normaliser and encoder against upstream's, bitwise) and
+predict_action's actions under the same seed (dpk.load_policy against upstream's sampling loop). Exit 1 on any
+difference beyond fp32 rounding of the actions.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import tempfile
+import types
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from dpk import registry
+
+registry.load([Path(__file__).resolve().parent.parent / "kernels"], strict=True)
+L = importlib.import_module("dpk.families.policy._observation")
+OF = importlib.import_module("dpk.families.policy._observation_formats")
+UF = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
+SHAPE_META = {"obs": {"image": {"shape": [3, 96, 96], "type": "rgb"}, "agent_pos": {"shape": [2], "type": "low_dim"}},
+              "action": {"shape": [2]}}
+SCHEDULER = {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler", "num_train_timesteps": 100,
+             "beta_start": 0.0001, "beta_end": 0.02, "beta_schedule": "squaredcos_cap_v2",
+             "variance_type": "fixed_small", "clip_sample": True, "prediction_type": "epsilon"}
+
+
+def upstream_policy(group_norm: bool, steps: int) -> nn.Module:
+    from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+    from diffusion_policy.policy.diffusion_unet_hybrid_image_policy import DiffusionUnetHybridImagePolicy
+    kw = {k: v for k, v in SCHEDULER.items() if k != "_target_"}
+    return DiffusionUnetHybridImagePolicy(
+        shape_meta=SHAPE_META, noise_scheduler=DDPMScheduler(**kw), horizon=16, n_action_steps=8, n_obs_steps=2,
+        num_inference_steps=steps, obs_as_global_cond=True, crop_shape=(76, 76), diffusion_step_embed_dim=32,
+        down_dims=(32, 64, 128), kernel_size=5, n_groups=8, cond_predict_scale=True,
+        obs_encoder_group_norm=group_norm, eval_fixed_crop=True)
+
+
+def randomize(policy: nn.Module, g: torch.Generator) -> None:
+    """Norm affines and BatchNorm statistics away from their init and the softmax temperature away from 1, so that
+    a misplaced tensor shows; a normaliser fitted to random data in upstream's 'limits' mode."""
+    from diffusion_policy.model.common.normalizer import LinearNormalizer, SingleFieldLinearNormalizer
+    with torch.no_grad():
+        for m in policy.modules():
+            if isinstance(m, (nn.GroupNorm, nn.BatchNorm2d)):
+                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
+                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
+            if isinstance(m, nn.BatchNorm2d):
+                m.running_mean.copy_(0.2 * torch.randn(m.running_mean.shape, generator=g))
+                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
+            if hasattr(m, "temperature") and isinstance(m.temperature, torch.Tensor):
+                m.temperature.fill_(0.8)
+    normalizer = LinearNormalizer()
+    normalizer.fit({"agent_pos": torch.rand(64, 2, generator=g) * 512, "action": torch.rand(64, 2, generator=g) * 512},
+                   mode="limits")
+    normalizer["image"] = SingleFieldLinearNormalizer.create_manual(  # upstream's get_image_range_normalizer
+        scale=torch.tensor([2.0]), offset=torch.tensor([-1.0]),
+        input_stats_dict={"min": torch.tensor([0.0]), "max": torch.tensor([1.0]), "mean": torch.tensor([0.5]),
+                          "std": torch.tensor([0.2886751])})
+    policy.set_normalizer(normalizer)
+
+
+def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, path: Path) -> Path:
+    """What upstream's workspace save_checkpoint writes: cfg (OmegaConf) and every module's state dict."""
+    from omegaconf import OmegaConf
+    cfg = {"name": "train_diffusion_unet_hybrid", "horizon": 16, "n_obs_steps": 2, "n_action_steps": 8,
+           "shape_meta": SHAPE_META, "task": {"name": "pusht_image", "shape_meta": SHAPE_META},
+           "policy": {"_target_": OF.HYBRID_POLICY, "shape_meta": "${shape_meta}", "noise_scheduler": SCHEDULER,
+                      "horizon": "${horizon}", "n_action_steps": "${n_action_steps}", "n_obs_steps": "${n_obs_steps}",
+                      "num_inference_steps": steps, "obs_as_global_cond": True, "crop_shape": [76, 76],
+                      "diffusion_step_embed_dim": 32, "down_dims": [32, 64, 128], "kernel_size": 5, "n_groups": 8,
+                      "cond_predict_scale": True, "obs_encoder_group_norm": group_norm, "eval_fixed_crop": True}}
+    sd = policy.state_dict()
+    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    return path
+
+
+def check(group_norm: bool, steps: int, tmp: Path, g: torch.Generator) -> bool:
+    import dpk
+    torch.manual_seed(0)
+    policy = upstream_policy(group_norm, steps)
+    randomize(policy, g)
+    policy.eval()
+    path = workspace_ckpt(policy, group_norm, steps, tmp / f"hybrid_{group_norm}.ckpt")
+    side = L.load_observation_side(path)
+    image, pos = torch.rand(3, 2, 3, 96, 96, generator=g), torch.rand(3, 2, 2, generator=g) * 512
+    with torch.no_grad():
+        nobs = policy.normalizer.normalize({"image": image, "agent_pos": pos})
+        want = policy.obs_encoder({k: v[:, :2].reshape(-1, *v.shape[2:]) for k, v in nobs.items()}).reshape(3, -1)
+        got = side.encoder(*side.normalizer.normalize_obs(image, pos))
+    same = torch.equal(got, want)
+    n_keys = sum(k.startswith("obs_encoder.") for k in policy.state_dict())
+    print(f"{'GroupNorm' if group_norm else 'BatchNorm'} encoder: {n_keys} obs_encoder tensors loaded strictly "
+          f"({side.encoder.config.name}, crop {side.encoder.config.crop_shape}); global_cond {tuple(got.shape)}; "
+          f"bitwise equal to upstream's: {same} (max |difference| {float((got - want).abs().max()):.3g})")
+    loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
+    torch.manual_seed(7)  # upstream's loop draws from the global generator
+    with torch.no_grad():
+        upstream = policy.predict_action({"image": image, "agent_pos": pos})
+    ours = loaded.predict(image=image, agent_pos=pos, seed=7)
+    err = float((ours["action_pred"] - upstream["action_pred"]).abs().max())
+    scale = float(upstream["action_pred"].abs().max())
+    close = err <= 1e-5 * scale and torch.equal(ours["action"], ours["action_pred"][:, 1:9])
+    print(f"  predict_action, DDPM {steps} steps, seed 7: action_pred {tuple(ours['action_pred'].shape)}, "
+          f"max |difference| {err:.3g} of max |action| {scale:.4g}; executed steps 1..8; within 1e-5: {close}")
+    return same and close
+
+
+def main() -> int:
+    if len(sys.argv) != 3 or not all(Path(p).is_dir() for p in sys.argv[1:]):
+        print(__doc__)
+        return 2
+    sys.path[:0] = sys.argv[1:]
+    zarr = types.ModuleType("zarr")
+    zarr.Array = type("Array", (), {})  # upstream's normalizer only tests isinstance(x, zarr.Array)
+    sys.modules.setdefault("zarr", zarr)
+    import robomimic
+    import torchvision
+    print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, robomimic {robomimic.__version__}")
+    g = torch.Generator().manual_seed(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        ok = [check(gn, 100, Path(tmp), g) for gn in (True, False)]
+    return 0 if all(ok) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
