@@ -8,8 +8,9 @@ encoder). Output: the actions after the last of the S steps, (B, T, D) float32.
 Case parameters: the U-Net config fields (unet1d's UNetConfig) or `checkpoint: PATH`; `weights_seed`; B; T;
 the scheduler (denoise's Schedule fields: scheduler ddpm | ddim, num_train_timesteps, num_inference_steps,
 beta_schedule, clip_sample, eta, ...); `prediction_type` (epsilon only); `noise_generator` (cpu | device);
-`encoder` (none | resnet18_gn: Diffusion Policy's | lerobot_resnet18_gn, lerobot_resnet18_bn: LeRobot's) with
-`n_obs_steps`, `image_size`, `crop`, `keypoints` (_encoding.py).
+`encoder` (none | resnet18_gn: Diffusion Policy's image policy's | lerobot_resnet18_gn, lerobot_resnet18_bn:
+LeRobot's | robomimic_resnet18_gn, robomimic_resnet18_bn: Diffusion Policy's hybrid image policy's) with
+`n_obs_steps`, `image_size`, `crop`, `keypoints`, `cameras`, `separate` (_encoding.py).
 """
 from __future__ import annotations
 
