@@ -132,12 +132,13 @@ class Normalizer(nn.Module):
                    action_key, "identity")
 
     @classmethod
-    def from_diffusion_policy(cls, state_dict: dict[str, torch.Tensor], image_key: str = "image",
+    def from_diffusion_policy(cls, state_dict: dict[str, torch.Tensor], image_key: str | Sequence[str] = "image",
                               state_key: str = "agent_pos", action_key: str = "action") -> Normalizer:
-        """From a diffusion_policy policy state dict: `normalizer.params_dict.<key>.{scale, offset, input_stats.*}`."""
+        """From a diffusion_policy policy state dict: `normalizer.params_dict.<key>.{scale, offset, input_stats.*}`
+        (image_key () for a low-dim policy: its `obs` and `action` fields)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
         fields = {}
-        for key in (image_key, state_key, action_key):
+        for key in (*_keys(image_key), state_key, action_key):
             base = f"{DP_PREFIX}{key}."
             problems["missing"] += [base + e for e in DP_ENTRIES if base + e not in state_dict]
             problems["unexpected"] += [k for k in state_dict if k.startswith(base) and k[len(base):] not in DP_ENTRIES]

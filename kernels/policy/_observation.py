@@ -37,7 +37,8 @@ class ObservationSide:
     encoder_reason: str = ""  # why encoder is None
     normalizer_reason: str = ""
     notes: list[str] = field(default_factory=list)
-    state: StateConditioning | None = None  # a LeRobot policy without cameras: its conditioning from the state
+    state: StateConditioning | None = None  # a policy without cameras (LeRobot's, diffusion_policy's low-dim one):
+    # its conditioning from the state
 
 
 def load_observation_side(path: str | Path, prefer_ema: bool = True) -> ObservationSide:
@@ -80,7 +81,9 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
     settings = _dp_settings(cfg)
     config, why = None, ""
     if not enc_keys:
-        why = "no obs_encoder.* keys: a bare U-Net state dict or a low-dim policy has no image encoder"
+        if _lowdim_side(side, sd, settings, cfg, notes):
+            return side
+        why = side.encoder_reason or "no obs_encoder.* keys: a bare U-Net state dict has no image encoder"
     elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):  # DiffusionUnetHybridImagePolicy: robomimic's
         side.encoder, why = hybrid_encoder(sd, settings, cfg, notes)
         config = side.encoder.config if side.encoder else None
@@ -100,6 +103,34 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
         side.normalizer_reason = (f"normalizer.params_dict holds {have or 'nothing'}; {need} are needed"
                                   if have else "no normalizer.params_dict.* keys (a bare U-Net state dict)")
     return side
+
+
+def _lowdim_side(side: ObservationSide, sd: dict[str, Any], settings: dict[str, Any], cfg: Any,
+                 notes: list[str]) -> bool:
+    """DiffusionUnetLowdimPolicy with obs_as_global_cond: global_cond = the normalised `obs` vector of each frame,
+    frames in order (`nobs[:, :To].reshape(B, -1)`), as StateConditioning builds it; normaliser fields `obs` and
+    `action`. False where the checkpoint is not such a policy (its reason, if any, in side.normalizer_reason)."""
+    fields = {k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)}
+    if fields != {"obs", "action"} or settings["target"] not in (None, fmt.DP_LOWDIM_POLICY):
+        return False
+    unsupported = [fmt.cfg_get(cfg, "policy.obs_as_local_cond") and "obs_as_local_cond (a local conditioning)",
+                   fmt.cfg_get(cfg, "policy.pred_action_steps_only") and "pred_action_steps_only",
+                   settings["global_cond"] is False and "obs_as_global_cond False (observations by inpainting)"]
+    width, obs_dim = fmt.unet_width(sd), sd[f"{fmt.DP_NORMALIZER}obs.scale"].numel()
+    if any(unsupported) or not width:
+        what = [u for u in unsupported if u] or ["a U-Net without global conditioning (observations by inpainting)"]
+        side.encoder_reason = f"low-dim policy with {', '.join(what)}: not implemented"
+        return False
+    n_obs = settings["n_obs_steps"]
+    if n_obs is None:
+        n_obs = width // obs_dim
+        notes.append(f"n_obs_steps {n_obs} from the U-Net's global_cond_dim {width} = n * {obs_dim}")
+    side.state = StateConditioning(int(n_obs), obs_dim, 0)
+    fmt.check_width("state conditioning", side.state.n_obs_steps, [obs_dim], side.state.cond_dim, width)
+    side.normalizer = Normalizer.from_diffusion_policy(sd, (), "obs")
+    side.encoder_reason = "a low-dim policy: conditioned on its obs vector (predict(obs=...)), no image encoder"
+    notes.append(f"low-dim policy: global_cond = {n_obs} frames of the normalised obs ({obs_dim})")
+    return True
 
 
 def _dp_settings(cfg: Any) -> dict[str, Any]:

@@ -45,6 +45,7 @@ DP_HYBRID = "obs_encoder.obs_nets."
 DP_NORMALIZER = "normalizer.params_dict."
 DP_IMAGE_POLICY = "diffusion_policy.policy.diffusion_unet_image_policy.DiffusionUnetImagePolicy"
 HYBRID_POLICY = "diffusion_policy.policy.diffusion_unet_hybrid_image_policy.DiffusionUnetHybridImagePolicy"
+DP_LOWDIM_POLICY = "diffusion_policy.policy.diffusion_unet_lowdim_policy.DiffusionUnetLowdimPolicy"
 LEROBOT_INPUTS, LEROBOT_OUTPUTS, LEROBOT_TARGETS = "normalize_inputs.", "unnormalize_outputs.", "normalize_targets."
 LEROBOT_ENCODER = "diffusion.rgb_encoder."
 UNET_COND = "model.down_modules.0.0.cond_encoder.1.weight"  # (C or 2C, step embedding + global_cond_dim)
@@ -150,6 +151,27 @@ def dp_hybrid_cfg(unet_config: Any, enc: EncoderConfig, **policy: Any) -> dict[s
     cfg["policy"].update({"_target_": HYBRID_POLICY, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
                           "obs_encoder_group_norm": enc.norm == "group", "eval_fixed_crop": True, **policy})
     return cfg
+
+
+def dp_lowdim_cfg(unet_config: Any, obs_dim: int, n_obs_steps: int = 2, **policy: Any) -> dict[str, Any]:
+    """A train_diffusion_unet_lowdim_workspace cfg (a plain dict) whose policy takes `obs_dim` observations per frame
+    as global conditioning: the U-Net's settings under cfg.policy.model (its dims as upstream's `${eval: ...}`
+    strings), the flags as interpolations of the top-level ones; `policy` overrides entries of cfg.policy."""
+    image = unet_fmt.diffusion_policy_cfg(unet_config)
+    model = {k: image["policy"].pop(k) for k in unet_fmt.DP_CFG_KEYS}
+    flags = {"obs_as_local_cond": False, "obs_as_global_cond": True, "pred_action_steps_only": False}
+    image["policy"].update({
+        "_target_": DP_LOWDIM_POLICY, "obs_dim": "${obs_dim}", "action_dim": "${action_dim}",
+        "n_action_steps": "${eval:'${n_action_steps}+${n_latency_steps}'}", "num_inference_steps": 100,
+        "model": {"_target_": "diffusion_policy.model.diffusion.conditional_unet1d.ConditionalUnet1D",
+                  "input_dim": "${eval: ${task.action_dim} if ${obs_as_local_cond} or ${obs_as_global_cond} else "
+                               "${task.obs_dim} + ${task.action_dim}}",
+                  "global_cond_dim": "${eval: ${task.obs_dim}*${n_obs_steps} if ${obs_as_global_cond} else None}",
+                  "local_cond_dim": "${eval: ${task.obs_dim} if ${obs_as_local_cond} else None}", **model},
+        **{k: "${" + k + "}" for k in flags}, "oa_step_convention": True, **policy})
+    return {**image, "name": "train_diffusion_unet_lowdim", "obs_dim": obs_dim, "action_dim": unet_config.input_dim,
+            "n_obs_steps": n_obs_steps, "n_action_steps": 8, "n_latency_steps": 0, **flags,
+            "task": {"name": "pusht_lowdim", "obs_dim": obs_dim, "action_dim": unet_config.input_dim}}
 
 
 def lerobot_buffers(image_key: str, image: tuple[torch.Tensor, torch.Tensor], state: tuple[torch.Tensor, torch.Tensor],

@@ -47,8 +47,9 @@ UNET_STEP = re.compile(r"^diffusion\.unet\.(_orig_mod\.)?diffusion_step_encoder\
 
 @dataclass(frozen=True)
 class StateConditioning:
-    """A LeRobot policy without cameras: global_cond = per frame cat(state, environment state), frames in order
-    (DiffusionModel._prepare_global_conditioning with no image features)."""
+    """A policy without cameras: global_cond = per frame cat(state, environment state), frames in order (LeRobot's
+    DiffusionModel._prepare_global_conditioning with no image features; diffusion_policy's DiffusionUnetLowdimPolicy
+    with its obs vector as the state and no environment state)."""
 
     n_obs_steps: int
     state_dim: int
@@ -58,10 +59,10 @@ class StateConditioning:
     def cond_dim(self) -> int:
         return self.n_obs_steps * (self.state_dim + self.env_dim)
 
-    def check(self, state: object, env_state: object) -> None:
+    def check(self, state: object, env_state: object, state_name: str = "agent_pos") -> None:
         """ValueError naming the expected and the received shapes."""
         n = self.n_obs_steps
-        for name, x, d in (("agent_pos", state, self.state_dim), ("env_state", env_state, self.env_dim)):
+        for name, x, d in ((state_name, state, self.state_dim), ("env_state", env_state, self.env_dim)):
             if d == 0:
                 if x is not None:
                     raise ValueError("this policy has no environment-state feature: call it without env_state=")
@@ -70,7 +71,7 @@ class StateConditioning:
                 got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
                 raise ValueError(f"{name} must be (B, {n}, {d}), got {got}")
         if self.env_dim and env_state.shape[0] != state.shape[0]:
-            raise ValueError(f"env_state has batch {env_state.shape[0]} but agent_pos has {state.shape[0]}")
+            raise ValueError(f"env_state has batch {env_state.shape[0]} but {state_name} has {state.shape[0]}")
 
     def __call__(self, state: torch.Tensor, env_state: torch.Tensor | None) -> torch.Tensor:
         """(B, n_obs, state_dim) [and (B, n_obs, env_dim)], checked and normalised -> (B, cond_dim)."""

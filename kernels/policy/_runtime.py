@@ -53,7 +53,8 @@ class Policy:
     load_latency_ms: dict[str, float] = field(default_factory=dict)  # pick="measure": each candidate's median
     normalizer: Any = None  # _normalizer.Normalizer: observation in, actions out in the environment's units
     state: Any = None  # _observation_lerobot.StateConditioning: a policy without cameras, conditioned on its state
-    # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps)
+    # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps; its low-dim
+    # policies without oa_step_convention from n_obs_steps)
     action_slice: slice = field(default_factory=lambda: slice(None))
     _gen: torch.Generator | None = None
 
@@ -63,10 +64,16 @@ class Policy:
 
     def predict(self, global_cond: torch.Tensor | None = None, *, image: torch.Tensor | None = None,
                 agent_pos: torch.Tensor | None = None, env_state: torch.Tensor | None = None,
-                seed: int | None = None) -> dict[str, torch.Tensor]:
+                obs: torch.Tensor | None = None, seed: int | None = None) -> dict[str, torch.Tensor]:
         """{"action_pred": (B, T, D) the whole denoised chunk, "action": the executed steps}, on the host. In:
         global_cond, or the raw observation (image= and agent_pos= with an image encoder; agent_pos= and, where
-        the policy has one, env_state= for a policy without cameras)."""
+        the policy has one, env_state= for a policy without cameras; obs=, the same as agent_pos=, for
+        diffusion_policy's low-dim policies, whose observation is one `obs` vector per frame)."""
+        state_name = "agent_pos"
+        if obs is not None:
+            if agent_pos is not None:
+                raise ValueError("give obs= or agent_pos= (the same argument), not both")
+            agent_pos, state_name = obs, "obs"
         dev, cfg = self.device, self.chunk.net.config
         if self.chunk.encoder is not None:
             if image is None or agent_pos is None:
@@ -77,7 +84,7 @@ class Policy:
             batch = image.shape[0]
         else:
             if global_cond is None and self.state is not None and agent_pos is not None:
-                self.state.check(agent_pos, env_state)
+                self.state.check(agent_pos, env_state, state_name)
                 state, env = (None if t is None else t.to(dev, torch.float32) for t in (agent_pos, env_state))
                 if self.normalizer is not None:
                     state, env = self.normalizer.normalize_state(state, env)

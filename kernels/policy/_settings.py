@@ -5,7 +5,8 @@ cfg.policy.num_inference_steps (null: as many as training steps), cfg.horizon, c
 cfg.n_action_steps. LeRobot folder: config.json's noise_scheduler_type (DDPM | DDIM), num_train_timesteps,
 beta_schedule, beta_start, beta_end, clip_sample, clip_sample_range, prediction_type, num_inference_steps,
 horizon, n_obs_steps, n_action_steps. A plain state dict holds none of them: the caller's (or the defaults).
-Both upstream and LeRobot execute actions n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps of the chunk.
+Both upstream and LeRobot execute actions n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps of the chunk, but
+upstream's DiffusionUnetLowdimPolicy starts at n_obs_steps unless cfg.policy.oa_step_convention (Push-T's sets it).
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 
 from ..unet1d import _checkpoint_pickle as unpickle
 from ..unet1d._checkpoint import _cfg_get, _torch_load
+from ._observation_formats import DP_LOWDIM_POLICY
 
 SCHEDULER_KEYS = ("num_train_timesteps", "beta_start", "beta_end", "beta_schedule", "clip_sample",
                   "clip_sample_range", "prediction_type", "steps_offset", "set_alpha_to_one")
@@ -45,6 +47,8 @@ def checkpoint_settings(path: str | Path) -> dict[str, Any]:
             if value is not None:
                 out[k] = value
         kind = str(sched.get("_target_", "")).rsplit(".", 1)[-1].lower() if isinstance(sched, dict) else ""
+        if _cfg_get(cfg, "policy._target_") == DP_LOWDIM_POLICY:  # its class default: False
+            out["oa_step_convention"] = bool(_cfg_get(cfg, "policy.oa_step_convention"))
     else:
         return {}
     if kind:
@@ -71,5 +75,5 @@ def executed_steps(stored: dict[str, Any], horizon: int) -> slice:
     n_obs, n_act = stored.get("n_obs_steps"), stored.get("n_action_steps")
     if not (isinstance(n_obs, int) and isinstance(n_act, int)):
         return slice(0, horizon)
-    start = n_obs - 1
+    start = n_obs - 1 if stored.get("oa_step_convention", True) else n_obs
     return slice(start, min(horizon, start + n_act))

@@ -1,6 +1,7 @@
-"""Cross-check dpk against Diffusion Policy's own DiffusionUnetHybridImagePolicy (robomimic encoder), end to end.
+"""Cross-check dpk against Diffusion Policy's own policy classes, end to end: DiffusionUnetHybridImagePolicy
+(robomimic's image encoder) and DiffusionUnetLowdimPolicy (the obs vector as conditioning).
 
-    PYTHONPATH=$PWD python3 ci/dp_hybrid_crosscheck.py DIFFUSION_POLICY_ROOT ROBOMIMIC_ROOT
+    PYTHONPATH=$PWD python3 ci/dp_crosscheck.py DIFFUSION_POLICY_ROOT ROBOMIMIC_ROOT
 
 DIFFUSION_POLICY_ROOT holds upstream's `diffusion_policy/` sources (real-stanford/diffusion_policy), ROBOMIMIC_ROOT
 robomimic 0.2.0's `robomimic/` (the version upstream pins); neither is installed. Needs torch, torchvision, numpy,
@@ -9,8 +10,9 @@ Builds upstream's policy class itself (its robomimic config, ObservationEncoder,
 eval crop; the Push-T image shapes with a small U-Net), randomises its norms, softmax temperature and normaliser,
 saves a workspace checkpoint as upstream's workspace does (cfg, state_dicts.model / ema_model), loads it with dpk
 and compares, on the CPU: the global conditioning (dpk's normaliser and encoder against upstream's, bitwise) and
-predict_action's actions under the same seed (dpk.load_policy against upstream's sampling loop). Exit 1 on any
-difference beyond fp32 rounding of the actions.
+predict_action's actions under the same seed (dpk.load_policy against upstream's sampling loop). The low-dim
+policy likewise (Push-T keypoints' 20-d obs, with and without oa_step_convention): its actions and executed steps.
+Exit 1 on any difference beyond fp32 rounding of the actions.
 """
 from __future__ import annotations
 
@@ -86,6 +88,24 @@ def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, path: Path) 
     return path
 
 
+def same_actions(loaded, policy: nn.Module, obs: dict, kw: dict, what: str) -> bool:
+    """dpk's predict(**kw, seed=7) against upstream's predict_action(obs) after torch.manual_seed(7) (upstream's
+    loop draws from the global generator): action_pred within 1e-5 of its scale, the executed steps the same."""
+    torch.manual_seed(7)
+    with torch.no_grad():
+        upstream = policy.predict_action(obs)
+    ours = loaded.predict(**kw, seed=7)
+    err = float((ours["action_pred"] - upstream["action_pred"]).abs().max())
+    scale = float(upstream["action_pred"].abs().max())
+    steps = ours["action"].shape == upstream["action"].shape and float(
+        (ours["action"] - upstream["action"]).abs().max()) <= 1e-5 * scale
+    close = err <= 1e-5 * scale and steps
+    print(f"  predict_action, {what}, seed 7: action_pred {tuple(ours['action_pred'].shape)}, max |difference| "
+          f"{err:.3g} of max |action| {scale:.4g}; executed steps {tuple(ours['action'].shape)} equal: {steps}; "
+          f"within 1e-5: {close}")
+    return close
+
+
 def check(group_norm: bool, steps: int, tmp: Path, g: torch.Generator) -> bool:
     import dpk
     torch.manual_seed(0)
@@ -105,16 +125,45 @@ def check(group_norm: bool, steps: int, tmp: Path, g: torch.Generator) -> bool:
           f"({side.encoder.config.name}, crop {side.encoder.config.crop_shape}); global_cond {tuple(got.shape)}; "
           f"bitwise equal to upstream's: {same} (max |difference| {float((got - want).abs().max()):.3g})")
     loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
-    torch.manual_seed(7)  # upstream's loop draws from the global generator
-    with torch.no_grad():
-        upstream = policy.predict_action({"image": image, "agent_pos": pos})
-    ours = loaded.predict(image=image, agent_pos=pos, seed=7)
-    err = float((ours["action_pred"] - upstream["action_pred"]).abs().max())
-    scale = float(upstream["action_pred"].abs().max())
-    close = err <= 1e-5 * scale and torch.equal(ours["action"], ours["action_pred"][:, 1:9])
-    print(f"  predict_action, DDPM {steps} steps, seed 7: action_pred {tuple(ours['action_pred'].shape)}, "
-          f"max |difference| {err:.3g} of max |action| {scale:.4g}; executed steps 1..8; within 1e-5: {close}")
-    return same and close
+    return same and same_actions(loaded, policy, {"image": image, "agent_pos": pos},
+                                 {"image": image, "agent_pos": pos}, f"DDPM {steps} steps")
+
+
+def check_lowdim(oa_step_convention: bool, tmp: Path, g: torch.Generator) -> bool:
+    """Upstream's low-dim policy (Push-T keypoints: obs 20, global conditioning), its workspace checkpoint."""
+    from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+    from diffusion_policy.model.common.normalizer import LinearNormalizer
+    from diffusion_policy.model.diffusion.conditional_unet1d import ConditionalUnet1D
+    from diffusion_policy.policy.diffusion_unet_lowdim_policy import DiffusionUnetLowdimPolicy
+    from omegaconf import OmegaConf
+
+    import dpk
+    torch.manual_seed(0)
+    unet = dict(input_dim=2, global_cond_dim=40, diffusion_step_embed_dim=32, down_dims=[32, 64, 128], kernel_size=5,
+                n_groups=8, cond_predict_scale=True)
+    sched = {k: v for k, v in SCHEDULER.items() if k != "_target_"}
+    policy = DiffusionUnetLowdimPolicy(
+        model=ConditionalUnet1D(local_cond_dim=None, **unet), noise_scheduler=DDPMScheduler(**sched), horizon=16,
+        obs_dim=20, action_dim=2, n_action_steps=8, n_obs_steps=2, num_inference_steps=100, obs_as_global_cond=True,
+        oa_step_convention=oa_step_convention)
+    normalizer = LinearNormalizer()
+    normalizer.fit({"obs": torch.rand(64, 20, generator=g) * 512, "action": torch.rand(64, 2, generator=g) * 512},
+                   mode="limits")
+    policy.set_normalizer(normalizer)
+    policy.eval()
+    cfg = {"name": "train_diffusion_unet_lowdim", "horizon": 16, "n_obs_steps": 2, "n_action_steps": 8,
+           "n_latency_steps": 0, "obs_dim": 20, "action_dim": 2, "obs_as_global_cond": True,
+           "policy": {"_target_": OF.DP_LOWDIM_POLICY, "model": unet, "noise_scheduler": SCHEDULER,
+                      "horizon": "${horizon}", "obs_dim": "${obs_dim}", "n_obs_steps": "${n_obs_steps}",
+                      "num_inference_steps": 100, "obs_as_global_cond": "${obs_as_global_cond}",
+                      "oa_step_convention": oa_step_convention}}
+    sd = policy.state_dict()
+    path = tmp / f"lowdim_{oa_step_convention}.ckpt"
+    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
+    print(f"low-dim policy, oa_step_convention {oa_step_convention}: conditioning {loaded.state}")
+    obs = torch.rand(3, 2, 20, generator=g) * 512
+    return same_actions(loaded, policy, {"obs": obs}, {"obs": obs}, "DDPM 100 steps")
 
 
 def main() -> int:
@@ -131,6 +180,7 @@ def main() -> int:
     g = torch.Generator().manual_seed(1)
     with tempfile.TemporaryDirectory() as tmp:
         ok = [check(gn, 100, Path(tmp), g) for gn in (True, False)]
+        ok += [check_lowdim(oa, Path(tmp), g) for oa in (True, False)]
     return 0 if all(ok) else 1
 
 
