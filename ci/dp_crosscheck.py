@@ -1,5 +1,6 @@
 """Cross-check dpk against Diffusion Policy's own policy classes, end to end: DiffusionUnetHybridImagePolicy
-(robomimic's image encoder) and DiffusionUnetLowdimPolicy (the obs vector as conditioning).
+(robomimic's image encoder: Push-T's one camera, robomimic's tasks' two cameras and three low-dim keys) and
+DiffusionUnetLowdimPolicy (the obs vector as conditioning).
 
     PYTHONPATH=$PWD python3 ci/dp_crosscheck.py DIFFUSION_POLICY_ROOT ROBOMIMIC_ROOT
 
@@ -31,25 +32,30 @@ registry.load([Path(__file__).resolve().parent.parent / "kernels"], strict=True)
 L = importlib.import_module("dpk.families.policy._observation")
 OF = importlib.import_module("dpk.families.policy._observation_formats")
 UF = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
-SHAPE_META = {"obs": {"image": {"shape": [3, 96, 96], "type": "rgb"}, "agent_pos": {"shape": [2], "type": "low_dim"}},
-              "action": {"shape": [2]}}
+PUSHT = {"obs": {"image": {"shape": [3, 96, 96], "type": "rgb"}, "agent_pos": {"shape": [2], "type": "low_dim"}},
+         "action": {"shape": [2]}}
+LIFT = {"obs": {"agentview_image": {"shape": [3, 84, 84], "type": "rgb"},  # robomimic's image tasks (lift_image.yaml)
+                "robot0_eye_in_hand_image": {"shape": [3, 84, 84], "type": "rgb"},
+                "robot0_eef_pos": {"shape": [3]}, "robot0_eef_quat": {"shape": [4]},
+                "robot0_gripper_qpos": {"shape": [2]}},
+        "action": {"shape": [7]}}
 SCHEDULER = {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler", "num_train_timesteps": 100,
              "beta_start": 0.0001, "beta_end": 0.02, "beta_schedule": "squaredcos_cap_v2",
              "variance_type": "fixed_small", "clip_sample": True, "prediction_type": "epsilon"}
 
 
-def upstream_policy(group_norm: bool, steps: int) -> nn.Module:
+def upstream_policy(group_norm: bool, steps: int, shape_meta: dict) -> nn.Module:
     from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
     from diffusion_policy.policy.diffusion_unet_hybrid_image_policy import DiffusionUnetHybridImagePolicy
     kw = {k: v for k, v in SCHEDULER.items() if k != "_target_"}
     return DiffusionUnetHybridImagePolicy(
-        shape_meta=SHAPE_META, noise_scheduler=DDPMScheduler(**kw), horizon=16, n_action_steps=8, n_obs_steps=2,
+        shape_meta=shape_meta, noise_scheduler=DDPMScheduler(**kw), horizon=16, n_action_steps=8, n_obs_steps=2,
         num_inference_steps=steps, obs_as_global_cond=True, crop_shape=(76, 76), diffusion_step_embed_dim=32,
         down_dims=(32, 64, 128), kernel_size=5, n_groups=8, cond_predict_scale=True,
         obs_encoder_group_norm=group_norm, eval_fixed_crop=True)
 
 
-def randomize(policy: nn.Module, g: torch.Generator) -> None:
+def randomize(policy: nn.Module, shape_meta: dict, g: torch.Generator) -> None:
     """Norm affines and BatchNorm statistics away from their init and the softmax temperature away from 1, so that
     a misplaced tensor shows; a normaliser fitted to random data in upstream's 'limits' mode."""
     from diffusion_policy.model.common.normalizer import LinearNormalizer, SingleFieldLinearNormalizer
@@ -63,21 +69,24 @@ def randomize(policy: nn.Module, g: torch.Generator) -> None:
                 m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
             if hasattr(m, "temperature") and isinstance(m.temperature, torch.Tensor):
                 m.temperature.fill_(0.8)
+    data = {k: torch.rand(64, v["shape"][0], generator=g) * 512 for k, v in shape_meta["obs"].items()
+            if v.get("type", "low_dim") == "low_dim"}
     normalizer = LinearNormalizer()
-    normalizer.fit({"agent_pos": torch.rand(64, 2, generator=g) * 512, "action": torch.rand(64, 2, generator=g) * 512},
+    normalizer.fit(data | {"action": torch.rand(64, shape_meta["action"]["shape"][0], generator=g) * 512},
                    mode="limits")
-    normalizer["image"] = SingleFieldLinearNormalizer.create_manual(  # upstream's get_image_range_normalizer
-        scale=torch.tensor([2.0]), offset=torch.tensor([-1.0]),
-        input_stats_dict={"min": torch.tensor([0.0]), "max": torch.tensor([1.0]), "mean": torch.tensor([0.5]),
-                          "std": torch.tensor([0.2886751])})
+    for key in (k for k, v in shape_meta["obs"].items() if v.get("type") == "rgb"):
+        normalizer[key] = SingleFieldLinearNormalizer.create_manual(  # upstream's get_image_range_normalizer
+            scale=torch.tensor([2.0]), offset=torch.tensor([-1.0]),
+            input_stats_dict={"min": torch.tensor([0.0]), "max": torch.tensor([1.0]), "mean": torch.tensor([0.5]),
+                              "std": torch.tensor([0.2886751])})
     policy.set_normalizer(normalizer)
 
 
-def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, path: Path) -> Path:
+def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, shape_meta: dict, path: Path) -> Path:
     """What upstream's workspace save_checkpoint writes: cfg (OmegaConf) and every module's state dict."""
     from omegaconf import OmegaConf
     cfg = {"name": "train_diffusion_unet_hybrid", "horizon": 16, "n_obs_steps": 2, "n_action_steps": 8,
-           "shape_meta": SHAPE_META, "task": {"name": "pusht_image", "shape_meta": SHAPE_META},
+           "shape_meta": shape_meta, "task": {"name": "image", "shape_meta": shape_meta},
            "policy": {"_target_": OF.HYBRID_POLICY, "shape_meta": "${shape_meta}", "noise_scheduler": SCHEDULER,
                       "horizon": "${horizon}", "n_action_steps": "${n_action_steps}", "n_obs_steps": "${n_obs_steps}",
                       "num_inference_steps": steps, "obs_as_global_cond": True, "crop_shape": [76, 76],
@@ -106,27 +115,34 @@ def same_actions(loaded, policy: nn.Module, obs: dict, kw: dict, what: str) -> b
     return close
 
 
-def check(group_norm: bool, steps: int, tmp: Path, g: torch.Generator) -> bool:
+def check(group_norm: bool, shape_meta: dict, tmp: Path, g: torch.Generator) -> bool:
+    """Upstream's hybrid image policy for `shape_meta` (Push-T's one camera, or robomimic's two cameras and three
+    low-dim keys), its workspace checkpoint; dpk takes the observations by name (predict(obs={...}))."""
     import dpk
     torch.manual_seed(0)
-    policy = upstream_policy(group_norm, steps)
-    randomize(policy, g)
+    policy = upstream_policy(group_norm, 100, shape_meta)
+    randomize(policy, shape_meta, g)
     policy.eval()
-    path = workspace_ckpt(policy, group_norm, steps, tmp / f"hybrid_{group_norm}.ckpt")
+    name = f"hybrid_{group_norm}_{len(shape_meta['obs'])}.ckpt"
+    path = workspace_ckpt(policy, group_norm, 100, shape_meta, tmp / name)
     side = L.load_observation_side(path)
-    image, pos = torch.rand(3, 2, 3, 96, 96, generator=g), torch.rand(3, 2, 2, generator=g) * 512
+    obs = {k: torch.rand(3, 2, *v["shape"], generator=g) * (1 if v.get("type") == "rgb" else 512)
+           for k, v in shape_meta["obs"].items()}
+    cams = [k for k, v in shape_meta["obs"].items() if v.get("type") == "rgb"]
+    image = obs[cams[0]] if len(cams) == 1 else torch.stack([obs[c] for c in cams], dim=2)
+    low = torch.cat([v for k, v in obs.items() if k not in cams], dim=-1)
     with torch.no_grad():
-        nobs = policy.normalizer.normalize({"image": image, "agent_pos": pos})
+        nobs = policy.normalizer.normalize(obs)
         want = policy.obs_encoder({k: v[:, :2].reshape(-1, *v.shape[2:]) for k, v in nobs.items()}).reshape(3, -1)
-        got = side.encoder(*side.normalizer.normalize_obs(image, pos))
+        got = side.encoder(*side.normalizer.normalize_obs(image, low))
     same = torch.equal(got, want)
     n_keys = sum(k.startswith("obs_encoder.") for k in policy.state_dict())
-    print(f"{'GroupNorm' if group_norm else 'BatchNorm'} encoder: {n_keys} obs_encoder tensors loaded strictly "
-          f"({side.encoder.config.name}, crop {side.encoder.config.crop_shape}); global_cond {tuple(got.shape)}; "
-          f"bitwise equal to upstream's: {same} (max |difference| {float((got - want).abs().max()):.3g})")
+    print(f"{'GroupNorm' if group_norm else 'BatchNorm'} encoder, {len(cams)} camera(s), observations "
+          f"{list(shape_meta['obs'])}: {n_keys} obs_encoder tensors loaded strictly ({side.encoder.config.name}, "
+          f"crop {side.encoder.config.crop_shape}); global_cond {tuple(got.shape)}; bitwise equal to upstream's: "
+          f"{same} (max |difference| {float((got - want).abs().max()):.3g})")
     loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
-    return same and same_actions(loaded, policy, {"image": image, "agent_pos": pos},
-                                 {"image": image, "agent_pos": pos}, f"DDPM {steps} steps")
+    return same and same_actions(loaded, policy, obs, {"obs": obs}, "DDPM 100 steps")
 
 
 def check_lowdim(oa_step_convention: bool, tmp: Path, g: torch.Generator) -> bool:
@@ -179,7 +195,7 @@ def main() -> int:
     print(f"torch {torch.__version__}, torchvision {torchvision.__version__}, robomimic {robomimic.__version__}")
     g = torch.Generator().manual_seed(1)
     with tempfile.TemporaryDirectory() as tmp:
-        ok = [check(gn, 100, Path(tmp), g) for gn in (True, False)]
+        ok = [check(gn, PUSHT, Path(tmp), g) for gn in (True, False)] + [check(True, LIFT, Path(tmp), g)]
         ok += [check_lowdim(oa, Path(tmp), g) for oa in (True, False)]
     return 0 if all(ok) else 1
 

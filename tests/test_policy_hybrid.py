@@ -7,7 +7,8 @@
   - the key layout of the Push-T hybrid policy (both names of each backbone and pool tensor, `nets.3` the Linear);
   - .ckpt round trips with and without a cfg, a policy state dict with one name per tensor; bad keys listed, the two
     names disagreeing, the U-Net's width; None with the reason for what is not implemented;
-  - dpk.load_policy on a hybrid .ckpt: raw observation -> actions, as feeding the encoder's output as conditioning.
+  - dpk.load_policy on a hybrid .ckpt: raw observation -> actions, as feeding the encoder's output as conditioning;
+  - robomimic's image tasks: two cameras (one VisualCore each) and three low-dim keys, by name (predict(obs={...})).
 """
 from __future__ import annotations
 
@@ -38,7 +39,12 @@ PUSHT = E.EncoderConfig.robomimic()  # 96 -> crop 76 -> a 3 x 3 map; 32 keypoint
 ODD_BN = E.EncoderConfig.robomimic(image_shape=(3, 90, 77), crop_shape=(80, 40), n_obs_steps=3, low_dim=5,
                                    norm="batch", keypoints=7, feature_dim=10, rgb_key="agentview_image",
                                    low_dim_key="robot0_eef_pos")
-CROP_TOP_LEFT = {PUSHT: (10, 10), ODD_BN: (5, 18)}  # round(37 / 2) = 18: halves to even
+LIFT = E.EncoderConfig.robomimic(image_shape=(3, 84, 84), n_obs_steps=2, low_dim=9, n_cameras=2, separate=True,
+                                 rgb_key="agentview_image", low_dim_key="robot0_eef_pos+robot0_eef_quat+"
+                                 "robot0_gripper_qpos")  # robomimic's image tasks: two cameras, three low-dim keys
+CAMERAS = ["agentview_image", "robot0_eye_in_hand_image"]
+LOW = [("robot0_eef_pos", 3), ("robot0_eef_quat", 4), ("robot0_gripper_qpos", 2)]
+CROP_TOP_LEFT = {PUSHT: (10, 10), ODD_BN: (5, 18), LIFT: (4, 4)}  # round(37 / 2) = 18: halves to even
 UNET = U.UNetConfig(input_dim=2, global_cond_dim=132, diffusion_step_embed_dim=16, down_dims=(16, 32), kernel_size=3,
                     n_groups=8, cond_predict_scale=True)
 UNET_MODEL = U.ConditionalUnet1D(UNET)
@@ -76,26 +82,36 @@ def visual_core(w: dict[str, torch.Tensor], cfg, image: torch.Tensor) -> torch.T
     return F.relu(F.linear(xy.reshape(-1), w["nets.3.weight"], w["nets.3.bias"]))
 
 
-def oracle(w: dict[str, torch.Tensor], cfg, image: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
-    """DiffusionUnetHybridImagePolicy.predict_action's global_cond, one sample and frame at a time: per frame the
-    image's features, then the low-dim vector (shape_meta's order)."""
-    return torch.stack([torch.cat([torch.cat([visual_core(w, cfg, image[b, t]), low[b, t]])
+def oracle(ws: list[dict[str, torch.Tensor]], cfg, image: torch.Tensor, low: torch.Tensor) -> torch.Tensor:
+    """DiffusionUnetHybridImagePolicy.predict_action's global_cond, one sample and frame at a time: per frame each
+    camera's features (camera c by its own VisualCore ws[c]), then the low-dim vector (shape_meta's order)."""
+    def cams(x: torch.Tensor) -> list[torch.Tensor]:
+        return [x] if cfg.n_cameras == 1 else list(x)
+    return torch.stack([torch.cat([torch.cat([*(visual_core(w, cfg, x) for w, x in zip(ws, cams(image[b, t]),
+                                                                                       strict=True)), low[b, t]])
                                    for t in range(cfg.n_obs_steps)]) for b in range(image.shape[0])])
 
 
-def robomimic_weights(enc: E.ObsEncoder) -> dict[str, torch.Tensor]:
-    net = f"{OF.DP_HYBRID}{enc.config.rgb_key}."
-    return {k[len(net):]: v for k, v in OF.dp_hybrid_tensors(enc).items()}
+def robomimic_weights(enc: E.ObsEncoder, cameras: list[str] | None = None) -> list[dict[str, torch.Tensor]]:
+    """Each camera's VisualCore state dict under robomimic's names (without `obs_encoder.obs_nets.<camera>.`)."""
+    cameras = cameras or [enc.config.rgb_key]
+    sd = OF.dp_hybrid_tensors(enc, cameras)
+    return [{k[len(f"{OF.DP_HYBRID}{c}."):]: v for k, v in sd.items() if k.startswith(f"{OF.DP_HYBRID}{c}.")}
+            for c in cameras]
 
 
-@pytest.mark.parametrize("cfg", [PUSHT, ODD_BN], ids=["pusht_gn", "odd_bn"])
+@pytest.mark.parametrize("cfg", [PUSHT, ODD_BN, LIFT], ids=["pusht_gn", "odd_bn", "two_cameras"])
 def test_encoder_matches_oracle(cfg):
     enc = encoder(cfg)
     image, low = inputs(cfg)
+    cameras = CAMERAS if cfg.n_cameras > 1 else None
     with torch.no_grad():
         out = enc(image, low)
-        assert out.shape == (2, cfg.cond_dim) and cfg.cond_dim == cfg.n_obs_steps * (cfg.feature_dim + cfg.low_dim)
-        torch.testing.assert_close(out, oracle(robomimic_weights(enc), cfg, image, low), rtol=1e-5, atol=1e-5)
+        width = cfg.n_cameras * cfg.feature_dim + cfg.low_dim
+        assert out.shape == (2, cfg.cond_dim) and cfg.cond_dim == cfg.n_obs_steps * width
+        assert len(enc.rgb) == cfg.n_cameras
+        torch.testing.assert_close(out, oracle(robomimic_weights(enc, cameras), cfg, image, low), rtol=1e-5,
+                                   atol=1e-5)
 
 
 class StateFirst(E.ObsEncoder):
@@ -244,9 +260,9 @@ def _hybrid_cfg(**policy) -> dict:
 
 @pytest.mark.parametrize(("cfg", "edit", "reason"), [
     (None, lambda sd: sd.update({k.replace(".image.", ".wrist."): v for k, v in sd.items() if ".image." in k}),
-     "obs_nets holds ['image', 'wrist']: one camera"),
+     "no shape_meta to order the cameras ['image', 'wrist']"),
     (_hybrid_cfg(shape_meta={"obs": {"agent_pos": {"shape": [2]}, "image": {"shape": [3, 96, 96], "type": "rgb"}}}),
-     None, "the 'image' image, then one low-dim key"),
+     None, "rgb keys of one shape, then low-dim keys are implemented"),
     (_hybrid_cfg(obs_as_global_cond=False), None, "obs_as_global_cond False"),
     (_hybrid_cfg(_target_="my.Policy"), None, "policy my.Policy"),
 ])
@@ -276,3 +292,52 @@ def test_load_policy_observation_in_actions_out(tmp_path):
     want = by_cond.predict(cond, seed=9)
     assert float((got["action_pred"] - want["action_pred"]).abs().max()) < 1e-3 * float(want["action_pred"].abs().max())
     assert float(want["action_pred"].abs().max()) > 10 and got["action"].shape == (2, 4, 2)  # environment units
+
+
+def lift_ckpt(tmp, edit=None) -> tuple:
+    """A hybrid policy of robomimic's image tasks: two cameras, three low-dim keys, shape_meta in that order."""
+    enc = encoder(LIFT)
+    unet = U.build(dataclasses.replace(UNET, global_cond_dim=LIFT.cond_dim), 3)
+    fields = {c: FIELDS["image"] for c in CAMERAS} | {"action": FIELDS["action"]}
+    fields |= {k: (torch.linspace(0.5, 1.5, d), torch.linspace(-0.2, 0.2, d)) for k, d in LOW}
+    cfg = OF.dp_hybrid_cfg(UNET, LIFT, CAMERAS, LOW, num_inference_steps=4)
+    cfg |= {"horizon": 8, "n_action_steps": 4}
+    cfg["policy"]["noise_scheduler"] = {"_target_": "diffusers.schedulers.scheduling_ddim.DDIMScheduler",
+                                        "num_train_timesteps": 100, "beta_schedule": "squaredcos_cap_v2",
+                                        "clip_sample": True, "prediction_type": "epsilon"}
+    parts = OF.dp_hybrid_tensors(enc, CAMERAS) | OF.dp_normalizer_tensors(fields)
+    (edit or (lambda sd: None))(parts)
+    return UF.save_diffusion_policy_ckpt(unet, tmp / "lift.ckpt", cfg=cfg, others=parts), enc, fields
+
+
+def test_two_cameras_and_three_low_dim_keys(tmp_path):
+    path, enc, fields = lift_ckpt(tmp_path)
+    side = L.load_observation_side(path)
+    assert side.encoder.config == LIFT and side.encoder_reason == ""
+    same_outputs(side.encoder, enc)
+    assert side.normalizer.keys == (*CAMERAS, "robot0_eef_pos+robot0_eef_quat+robot0_gripper_qpos", "action")
+    assert (side.obs_keys.cameras, side.obs_keys.low_dim) == (tuple(CAMERAS), tuple(LOW))
+    policy = dpk.load_policy(path, device="cpu", verify=False, pick="order")
+    by_cond = dpk.load_policy(path, device="cpu", verify=False, observation=False, pick="order")
+    g = torch.Generator().manual_seed(3)
+    obs = {c: torch.rand(2, 2, 3, 84, 84, generator=g) for c in CAMERAS}
+    obs |= {k: torch.rand(2, 2, d, generator=g) * 3 for k, d in LOW}
+    got = policy.predict(obs=obs, seed=5)
+    with torch.no_grad():  # each key normalised by its own field: upstream's LinearNormalizer on the obs dict
+        n = {k: v * fields[k][0] + fields[k][1] if k not in CAMERAS else v * 2 - 1 for k, v in obs.items()}
+        cond = enc(torch.stack([n[c] for c in CAMERAS], dim=2), torch.cat([n[k] for k, _ in LOW], dim=-1))
+    want = by_cond.predict(cond, seed=5)
+    assert float((got["action_pred"] - want["action_pred"]).abs().max()) < 1e-4 * float(want["action_pred"].abs().max())
+    with pytest.raises(ValueError, match=r"missing \['robot0_gripper_qpos'\], unexpected \['gripper'\]"):
+        policy.predict(obs={**{k: v for k, v in obs.items() if k != "robot0_gripper_qpos"}, "gripper": obs[LOW[2][0]]})
+    with pytest.raises(ValueError, match=r"obs\['robot0_eef_quat'\] must be \(B, n_obs, 4\), got \(2, 2, 3\)"):
+        policy.predict(obs={**obs, "robot0_eef_quat": obs["robot0_eef_pos"]})
+
+
+def test_shape_meta_must_name_the_checkpoints_cameras(tmp_path):
+    def edit(sd):
+        for k in [k for k in sd if ".robot0_eye_in_hand_image." in k]:
+            sd[k.replace(".robot0_eye_in_hand_image.", ".wrist.")] = sd.pop(k)
+    want = r"rgb keys \['agentview_image', 'robot0_eye_in_hand_image'\] but obs_encoder.obs_nets holds \[.*'wrist'\]"
+    with pytest.raises(CheckpointError, match=want):
+        L.load_observation_side(lift_ckpt(tmp_path, edit)[0])

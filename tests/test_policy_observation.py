@@ -239,7 +239,7 @@ def test_bad_inputs_name_the_problem(image, agent_pos, msg):
     ({"norm": "batch"}, "the diffusion_policy layout is upstream's GroupNorm ResNet"),
     ({"layout": "mimic"}, "layout must be one of"),
     ({"layout": "robomimic", "feature_dim": 0}, "robomimic's Linear needs at least one output"),
-    ({"layout": "robomimic", "n_cameras": 2}, "the robomimic layout has one camera"),
+    ({"layout": "robomimic", "n_cameras": 2}, "robomimic's one VisualCore per camera \\(separate with several\\)"),
     ({"layout": "lerobot", "feature_dim": 0, "keypoints": 0}, "keypoints must be >= 1"),
     ({"n_obs_steps": 0}, "n_obs_steps must be >= 1"),
 ])

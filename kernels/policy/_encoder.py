@@ -24,7 +24,9 @@ cameras, or one per camera with `separate`); frames flattened as above. Several 
 statistics).
 
 `layout="robomimic"` is Diffusion Policy's DiffusionUnetHybridImagePolicy (the paper's image policies, its Push-T
-checkpoints among them): robomimic 0.2.0's ObservationEncoder with one rgb key and one low-dim key, eval, with
+checkpoints among them): robomimic 0.2.0's ObservationEncoder, eval, its rgb keys first (one camera, or several of
+one shape stacked as above in shape_meta's order, each its own VisualCore), then its low-dim keys (concatenated in
+shape_meta's order: one low-dim vector), with
 `eval_fixed_crop` (Diffusion Policy's CropRandomizer: torchvision's center crop; 76 x 76 by default) and every
 BatchNorm replaced by GroupNorm(C // 16) with `obs_encoder_group_norm` (else BatchNorm, running statistics): per
 image VisualCore (ResNet-18 trunk, robomimic's SpatialSoftmax, Linear(2K, feature_dimension = 64)), then ReLU; per
@@ -65,8 +67,8 @@ class EncoderConfig:
     # or "robomimic": robomimic's SpatialSoftmax head, the image before the state
     norm: str = "group"  # the ResNet's norm: GroupNorm(C // 16), or "batch" (lerobot without use_group_norm)
     keypoints: int = 32  # lerobot: spatial_softmax_num_keypoints; robomimic: num_kp
-    n_cameras: int = 1  # lerobot: cameras of one (C, H, W) shape, in the config's order
-    separate: bool = False  # lerobot: use_separate_rgb_encoder_per_camera
+    n_cameras: int = 1  # lerobot, robomimic: cameras of one (C, H, W) shape, in the config's order
+    separate: bool = False  # lerobot: use_separate_rgb_encoder_per_camera; robomimic: always, with several
 
     def __post_init__(self) -> None:
         c, h, w = self.image_shape
@@ -83,9 +85,11 @@ class EncoderConfig:
             raise ValueError("the diffusion_policy layout is upstream's GroupNorm ResNet: norm 'group'")
         if self.keypoints < 1:
             raise ValueError(f"keypoints must be >= 1, got {self.keypoints}")
-        if self.n_cameras < 1 or (self.layout != "lerobot" and (self.n_cameras, self.separate) != (1, False)):
-            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the {self.layout} layout has "
-                             "one camera; LeRobot's at least one")
+        one = {"diffusion_policy": (1, False), "robomimic": (self.n_cameras, self.n_cameras > 1)}
+        if self.n_cameras < 1 or (self.layout in one and (self.n_cameras, self.separate) != one[self.layout]):
+            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the diffusion_policy layout has "
+                             "one camera; robomimic's one VisualCore per camera (separate with several); LeRobot's "
+                             "at least one")
         if self.layout == "robomimic" and self.feature_dim < 1:
             raise ValueError(f"feature_dim {self.feature_dim}: robomimic's Linear needs at least one output")
         want = {"lerobot": 2 * self.keypoints, "diffusion_policy": FEATURE_DIM}.get(self.layout, self.feature_dim)

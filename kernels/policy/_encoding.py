@@ -88,8 +88,10 @@ def _config(params: Mapping[str, Any]) -> EncoderConfig:
     kw = {"image_shape": (3, size, size), "crop_shape": None if crop is None else (int(crop), int(crop)),
           "n_obs_steps": int(params.get("n_obs_steps", 2))}
     if name.startswith("robomimic_"):
+        cameras = int(params.get("cameras", 1))
         return EncoderConfig.robomimic(norm="group" if name.endswith("_gn") else "batch",
-                                       keypoints=int(params.get("keypoints", 32)), **kw)
+                                       keypoints=int(params.get("keypoints", 32)), n_cameras=cameras,
+                                       separate=cameras > 1, **kw)
     if name.startswith("lerobot_"):
         return EncoderConfig.lerobot(norm="group" if name.endswith("_gn") else "batch",
                                      keypoints=int(params.get("keypoints", 32)),

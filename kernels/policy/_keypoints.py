@@ -105,18 +105,18 @@ ROBOMIMIC_PATHS = (("backbone.", "nets.0.nets.", "backbone.nets."), ("pool.", "n
                    ("out.", "nets.3.", None))
 
 
-def robomimic_encoder_keys(key: str) -> tuple[str, ...]:
-    """ObsEncoder's key (layout "robomimic": `rgb.0.<RgbEncoder key>`) -> its paths under robomimic's
-    `obs_nets.<rgb key>.`: `rgb.0.backbone.layer1.0.bn1.weight` -> (`nets.0.nets.4.0.bn1.weight`,
-    `backbone.nets.4.0.bn1.weight`); `rgb.0.out.weight` -> (`nets.3.weight`,)."""
+def robomimic_encoder_keys(key: str) -> tuple[int, tuple[str, ...]]:
+    """ObsEncoder's key (layout "robomimic": `rgb.<camera>.<RgbEncoder key>`) -> (camera, its paths under that
+    camera's `obs_nets.<rgb key>.`): `rgb.0.backbone.layer1.0.bn1.weight` -> (0, (`nets.0.nets.4.0.bn1.weight`,
+    `backbone.nets.4.0.bn1.weight`)); `rgb.1.out.weight` -> (1, (`nets.3.weight`,))."""
     rgb, i, rest = key.split(".", 2)
-    if rgb != "rgb" or i != "0":
+    if rgb != "rgb" or not i.isdigit():
         raise KeyError(key)
     for ours, in_nets, by_name in ROBOMIMIC_PATHS:
         if rest.startswith(ours):
             tail = rest[len(ours):]
             tail = resnet_to_lerobot_key(tail) if ours == "backbone." else tail
-            return (in_nets + tail,) + ((by_name + tail,) if by_name else ())
+            return int(i), (in_nets + tail,) + ((by_name + tail,) if by_name else ())
     raise KeyError(key)
 
 

@@ -133,12 +133,14 @@ class Normalizer(nn.Module):
 
     @classmethod
     def from_diffusion_policy(cls, state_dict: dict[str, torch.Tensor], image_key: str | Sequence[str] = "image",
-                              state_key: str = "agent_pos", action_key: str = "action") -> Normalizer:
+                              state_key: str | Sequence[str] = "agent_pos", action_key: str = "action"
+                              ) -> Normalizer:
         """From a diffusion_policy policy state dict: `normalizer.params_dict.<key>.{scale, offset, input_stats.*}`
-        (image_key () for a low-dim policy: its `obs` and `action` fields)."""
+        (image_key () for a low-dim policy: its `obs` and `action` fields; several state keys, as a hybrid policy's
+        low-dim keys, become one field `a+b+...` of their concatenation)."""
         problems: dict[str, list[str]] = {"missing": [], "unexpected": [], "misshaped": []}
-        fields = {}
-        for key in (*_keys(image_key), state_key, action_key):
+        fields, state_keys = {}, _keys(state_key)
+        for key in (*_keys(image_key), *state_keys, action_key):
             base = f"{DP_PREFIX}{key}."
             problems["missing"] += [base + e for e in DP_ENTRIES if base + e not in state_dict]
             problems["unexpected"] += [k for k in state_dict if k.startswith(base) and k[len(base):] not in DP_ENTRIES]
@@ -154,7 +156,11 @@ class Normalizer(nn.Module):
             if "offset" in present:
                 fields[key] = Field("affine", scale, present["offset"])
         key_problems(problems, "diffusion_policy normalizer keys do not fit")
-        return cls(fields, image_key, state_key, action_key, "diffusion_policy")
+        state = "+".join(state_keys)
+        if len(state_keys) > 1:  # several low-dim keys, concatenated: one affine field (elementwise, so the same)
+            parts = [fields.pop(k) for k in state_keys]
+            fields[state] = Field("affine", torch.cat([f.a for f in parts]), torch.cat([f.b for f in parts]))
+        return cls(fields, image_key, state, action_key, "diffusion_policy")
 
     @classmethod
     def from_lerobot(cls, state_dict: dict[str, torch.Tensor], modes: dict[str, str],

@@ -28,6 +28,16 @@ from ._observation_hybrid import hybrid_encoder
 from ._observation_lerobot import StateConditioning, lerobot_side
 
 
+@dataclass(frozen=True)
+class ObsKeys:
+    """A policy's observation names as its checkpoint has them: cameras (stacked in this order), low-dim keys with
+    their widths (concatenated in this order), LeRobot's environment-state key."""
+
+    cameras: tuple[str, ...]
+    low_dim: tuple[tuple[str, int | None], ...]
+    env: str | None = None
+
+
 @dataclass
 class ObservationSide:
     encoder: ObsEncoder | None  # the checkpoint's weights, float32, CPU, eval mode
@@ -39,6 +49,7 @@ class ObservationSide:
     notes: list[str] = field(default_factory=list)
     state: StateConditioning | None = None  # a policy without cameras (LeRobot's, diffusion_policy's low-dim one):
     # its conditioning from the state
+    obs_keys: ObsKeys | None = None  # the checkpoint's observation names: Policy.predict(obs={name: tensor})
 
 
 def load_observation_side(path: str | Path, prefer_ema: bool = True) -> ObservationSide:
@@ -76,7 +87,7 @@ def load_observation_side(path: str | Path, prefer_ema: bool = True) -> Observat
 
 def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationSide:
     """A diffusion_policy policy state dict (and its cfg, when there is one)."""
-    side = ObservationSide(None, None, "", "", notes=notes)
+    side, hybrid = ObservationSide(None, None, "", "", notes=notes), None
     enc_keys = [k for k in sd if k.startswith(fmt.DP_ENCODER)]
     settings = _dp_settings(cfg)
     config, why = None, ""
@@ -85,7 +96,7 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
             return side
         why = side.encoder_reason or "no obs_encoder.* keys: a bare U-Net state dict has no image encoder"
     elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):  # DiffusionUnetHybridImagePolicy: robomimic's
-        side.encoder, why = hybrid_encoder(sd, settings, cfg, notes)
+        side.encoder, why, hybrid = hybrid_encoder(sd, settings, cfg, notes)
         config = side.encoder.config if side.encoder else None
     elif any(k.endswith(".running_mean") for k in enc_keys) or settings["use_group_norm"] is False:
         why = "the ResNet keeps BatchNorm (use_group_norm False): only upstream's GroupNorm ResNet is implemented"
@@ -95,10 +106,14 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
         side.encoder = _load_encoder(sd, enc_keys, config, settings["share_rgb_model"], notes)
     side.encoder_reason = why
     image_key, state_key = (config.rgb_key, config.low_dim_key) if config else ("image", "agent_pos")
+    images, states = ((image_key,), ((state_key, config.low_dim if config else None),))
+    if hybrid is not None:
+        images, states = hybrid.cameras, hybrid.low_dim
+    side.obs_keys = ObsKeys(images, states) if config else None
     have = sorted({k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)})
-    need = [image_key, state_key, "action"]
+    need = [*images, *(k for k, _ in states), "action"]
     if all(k in have for k in need):
-        side.normalizer = Normalizer.from_diffusion_policy(sd, image_key, state_key)
+        side.normalizer = Normalizer.from_diffusion_policy(sd, images, [k for k, _ in states])
     else:
         side.normalizer_reason = (f"normalizer.params_dict holds {have or 'nothing'}; {need} are needed"
                                   if have else "no normalizer.params_dict.* keys (a bare U-Net state dict)")
@@ -125,7 +140,7 @@ def _lowdim_side(side: ObservationSide, sd: dict[str, Any], settings: dict[str, 
     if n_obs is None:
         n_obs = width // obs_dim
         notes.append(f"n_obs_steps {n_obs} from the U-Net's global_cond_dim {width} = n * {obs_dim}")
-    side.state = StateConditioning(int(n_obs), obs_dim, 0)
+    side.state, side.obs_keys = StateConditioning(int(n_obs), obs_dim, 0), ObsKeys((), (("obs", obs_dim),))
     fmt.check_width("state conditioning", side.state.n_obs_steps, [obs_dim], side.state.cond_dim, width)
     side.normalizer = Normalizer.from_diffusion_policy(sd, (), "obs")
     side.encoder_reason = "a low-dim policy: conditioned on its obs vector (predict(obs=...)), no image encoder"

@@ -133,20 +133,29 @@ def dp_cfg(unet_config: Any, enc: EncoderConfig, random_crop: bool = True, share
     return cfg
 
 
-def dp_hybrid_tensors(encoder: ObsEncoder) -> dict[str, torch.Tensor]:
-    """`obs_encoder.*` of a DiffusionUnetHybridImagePolicy holding `encoder`'s weights (layout "robomimic"), in
-    robomimic's state-dict order: VisualCore's backbone and pool by name, then its `nets` (the same tensors), Linear."""
-    net, sd = f"{DP_HYBRID}{encoder.config.rgb_key}.", encoder.state_dict()
+def dp_hybrid_tensors(encoder: ObsEncoder, cameras: list[str] | None = None) -> dict[str, torch.Tensor]:
+    """`obs_encoder.*` of a DiffusionUnetHybridImagePolicy holding `encoder`'s weights (layout "robomimic"; camera i
+    under `obs_nets.<cameras[i]>`, default the config's rgb_key), in robomimic's state-dict order: per camera
+    VisualCore's backbone and pool by name, then its `nets` (the same tensors), Linear."""
+    cameras, sd, out = cameras or [encoder.config.rgb_key], encoder.state_dict(), {}
     paths = {k: robomimic_encoder_keys(k) for k in sd}
-    by_name = {net + p[1]: sd[k].clone() for k, p in paths.items() if len(p) > 1}
-    return {**by_name, **{net + p[0]: sd[k].clone() for k, p in paths.items()}}
+    for c, name in enumerate(cameras):
+        mine = {k: p for k, (i, p) in paths.items() if i == c}
+        out |= {f"{DP_HYBRID}{name}.{p[1]}": sd[k].clone() for k, p in mine.items() if len(p) > 1}
+        out |= {f"{DP_HYBRID}{name}.{p[0]}": sd[k].clone() for k, p in mine.items()}
+    return out
 
 
-def dp_hybrid_cfg(unet_config: Any, enc: EncoderConfig, **policy: Any) -> dict[str, Any]:
+def dp_hybrid_cfg(unet_config: Any, enc: EncoderConfig, cameras: list[str] | None = None,
+                  low_dim: list[tuple[str, int]] | None = None, **policy: Any) -> dict[str, Any]:
     """A train_diffusion_unet_hybrid_workspace cfg (a plain dict) for this U-Net and robomimic encoder; `policy`
-    overrides entries of cfg.policy. shape_meta in the image's, then the low-dim key's order, as Push-T's."""
+    overrides entries of cfg.policy. shape_meta: the cameras (default the rgb key), then the low-dim keys (default
+    the low-dim key), as Push-T's and robomimic's tasks order them."""
     cfg = dp_cfg(unet_config, enc)
     del cfg["policy"]["obs_encoder"]
+    obs = {c: {"shape": list(enc.image_shape), "type": "rgb"} for c in cameras or [enc.rgb_key]}
+    obs |= {k: {"shape": [d], "type": "low_dim"} for k, d in low_dim or [(enc.low_dim_key, enc.low_dim)]}
+    cfg["task"]["shape_meta"]["obs"] = obs
     cfg["name"] = "train_diffusion_unet_hybrid"
     cfg["policy"].update({"_target_": HYBRID_POLICY, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
                           "obs_encoder_group_norm": enc.norm == "group", "eval_fixed_crop": True, **policy})

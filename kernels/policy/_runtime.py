@@ -56,20 +56,49 @@ class Policy:
     # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps; its low-dim
     # policies without oa_step_convention from n_obs_steps)
     action_slice: slice = field(default_factory=lambda: slice(None))
+    obs_keys: Any = None  # _observation.ObsKeys: the checkpoint's observation names, for predict(obs={...})
     _gen: torch.Generator | None = None
 
     @property
     def device(self) -> torch.device:
         return self.chunk.net.device
 
+    def _by_name(self, obs: dict[str, torch.Tensor]) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor | None]:
+        """(image, low-dim, environment state) from observations by name: cameras stacked (B, n_obs, n_cameras, 3,
+        H, W) where there are several, low-dim keys concatenated, in the checkpoint's order."""
+        keys = self.obs_keys
+        if keys is None:
+            raise ValueError("this policy does not name its observations: call it with image= / agent_pos=")
+        names = [*keys.cameras, *(k for k, _ in keys.low_dim), *((keys.env,) if keys.env else ())]
+        missing = [k for k in names if k not in obs]
+        if missing or len(obs) != len(names):
+            raise ValueError(f"obs must hold exactly {names}: missing {missing}, unexpected "
+                             f"{sorted(k for k in obs if k not in names)}")
+        for key, width in keys.low_dim:
+            x = obs[key]
+            if not isinstance(x, torch.Tensor) or x.dim() != 3 or (width is not None and x.shape[-1] != width):
+                got = tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__
+                raise ValueError(f"obs[{key!r}] must be (B, n_obs, {width}), got {got}")
+        cams = [obs[k] for k in keys.cameras]
+        image = None if not cams else cams[0] if len(cams) == 1 else torch.stack(cams, dim=2)
+        low = torch.cat([obs[k] for k, _ in keys.low_dim], dim=-1)
+        return image, low, obs[keys.env] if keys.env else None
+
     def predict(self, global_cond: torch.Tensor | None = None, *, image: torch.Tensor | None = None,
                 agent_pos: torch.Tensor | None = None, env_state: torch.Tensor | None = None,
-                obs: torch.Tensor | None = None, seed: int | None = None) -> dict[str, torch.Tensor]:
+                obs: torch.Tensor | dict[str, torch.Tensor] | None = None, seed: int | None = None
+                ) -> dict[str, torch.Tensor]:
         """{"action_pred": (B, T, D) the whole denoised chunk, "action": the executed steps}, on the host. In:
         global_cond, or the raw observation (image= and agent_pos= with an image encoder; agent_pos= and, where
         the policy has one, env_state= for a policy without cameras; obs=, the same as agent_pos=, for
-        diffusion_policy's low-dim policies, whose observation is one `obs` vector per frame)."""
+        diffusion_policy's low-dim policies, whose observation is one `obs` vector per frame), or obs= a dict of
+        (B, n_obs, ...) tensors by the checkpoint's names, as upstream's predict_action takes them."""
         state_name = "agent_pos"
+        if isinstance(obs, dict):
+            if image is not None or agent_pos is not None or env_state is not None:
+                raise ValueError("give obs= as a dict, or image= / agent_pos= / env_state=, not both")
+            image, agent_pos, env_state = self._by_name(obs)
+            obs = None
         if obs is not None:
             if agent_pos is not None:
                 raise ValueError("give obs= or agent_pos= (the same argument), not both")
@@ -211,7 +240,8 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
         raise ValueError(f"load_policy: observation=True but there is no image encoder or state conditioning to run "
                          f"({why})")
     if side is not None and side.encoder is not None and observation is not False:
-        params["encoder"] = side.encoder.config.name
+        enc = side.encoder.config  # its cameras also for the work model (the encoders' bytes)
+        params |= {"encoder": enc.name, "cameras": enc.n_cameras, "separate": enc.separate}
     case = dpk.make_case("policy", "load_policy", dtype=dtype, **params)
     choice = choose(reg, case, device, variant, verify, pick, candidates)
     chunk = make_inputs(case, device)[-1]
@@ -219,4 +249,5 @@ def load(reg: Registry, checkpoint: str | None, *, config: dict[str, Any] | None
     return Policy(choice.name, chunk, choice.fn, params["T"], choice.notes + (side.notes if side else []),
                   load_latency_ms=choice.latency_ms, normalizer=normalizer,
                   action_slice=executed_steps(stored, params["T"]),
-                  state=side.state if side is not None and observation is not False else None)
+                  state=side.state if side is not None and observation is not False else None,
+                  obs_keys=side.obs_keys if side is not None and observation is not False else None)
