@@ -343,6 +343,9 @@ def test_load_policy_observation_in_actions_out(cfg, tmp_path):
     want = by_cond.predict(cond, seed=9)
     assert float((got["action_pred"] - want["action_pred"]).abs().max()) < 1e-3 * float(want["action_pred"].abs().max())
     assert float(want["action_pred"].abs().max()) > 10 and got["action"].shape == (2, 4, 2)  # environment units
+    by_name = {k: image if cfg.n_cameras == 1 else image[:, :, c] for c, k in enumerate(OF.lerobot_camera_keys(cfg))}
+    named = by_obs.predict(obs={**by_name, "observation.state": pos}, seed=9)  # as LeRobot's batch names them
+    assert torch.equal(named["action_pred"], got["action_pred"])
 
 
 @pytest.mark.parametrize("norm", ["group", "batch"])

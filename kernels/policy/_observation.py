@@ -28,16 +28,6 @@ from ._observation_hybrid import hybrid_encoder
 from ._observation_lerobot import StateConditioning, lerobot_side
 
 
-@dataclass(frozen=True)
-class ObsKeys:
-    """A policy's observation names as its checkpoint has them: cameras (stacked in this order), low-dim keys with
-    their widths (concatenated in this order), LeRobot's environment-state key."""
-
-    cameras: tuple[str, ...]
-    low_dim: tuple[tuple[str, int | None], ...]
-    env: str | None = None
-
-
 @dataclass
 class ObservationSide:
     encoder: ObsEncoder | None  # the checkpoint's weights, float32, CPU, eval mode
@@ -49,7 +39,7 @@ class ObservationSide:
     notes: list[str] = field(default_factory=list)
     state: StateConditioning | None = None  # a policy without cameras (LeRobot's, diffusion_policy's low-dim one):
     # its conditioning from the state
-    obs_keys: ObsKeys | None = None  # the checkpoint's observation names: Policy.predict(obs={name: tensor})
+    obs_keys: fmt.ObsKeys | None = None  # the checkpoint's observation names: Policy.predict(obs={name: tensor})
 
 
 def load_observation_side(path: str | Path, prefer_ema: bool = True) -> ObservationSide:
@@ -109,7 +99,7 @@ def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationS
     images, states = ((image_key,), ((state_key, config.low_dim if config else None),))
     if hybrid is not None:
         images, states = hybrid.cameras, hybrid.low_dim
-    side.obs_keys = ObsKeys(images, states) if config else None
+    side.obs_keys = fmt.ObsKeys(images, states) if config else None
     have = sorted({k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)})
     need = [*images, *(k for k, _ in states), "action"]
     if all(k in have for k in need):
@@ -140,7 +130,7 @@ def _lowdim_side(side: ObservationSide, sd: dict[str, Any], settings: dict[str, 
     if n_obs is None:
         n_obs = width // obs_dim
         notes.append(f"n_obs_steps {n_obs} from the U-Net's global_cond_dim {width} = n * {obs_dim}")
-    side.state, side.obs_keys = StateConditioning(int(n_obs), obs_dim, 0), ObsKeys((), (("obs", obs_dim),))
+    side.state, side.obs_keys = StateConditioning(int(n_obs), obs_dim, 0), fmt.ObsKeys((), (("obs", obs_dim),))
     fmt.check_width("state conditioning", side.state.n_obs_steps, [obs_dim], side.state.cond_dim, width)
     side.normalizer = Normalizer.from_diffusion_policy(sd, (), "obs")
     side.encoder_reason = "a low-dim policy: conditioned on its obs vector (predict(obs=...)), no image encoder"

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,16 @@ def cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:
     value = _cfg_get(cfg, dotted)
     m = re.fullmatch(r"\$\{([\w.]+)\}", value) if isinstance(value, str) else None
     return cfg_get(cfg, m[1], depth + 1) if m and depth < 8 else value
+
+
+@dataclass(frozen=True)
+class ObsKeys:
+    """A policy's observation names as its checkpoint has them: cameras (stacked in this order), low-dim keys with
+    their widths (concatenated in this order), LeRobot's environment-state key."""
+
+    cameras: tuple[str, ...]
+    low_dim: tuple[tuple[str, int | None], ...]
+    env: str | None = None
 
 
 def load_strict(encoder: ObsEncoder, sd: dict[str, torch.Tensor], keys: dict[str, str], present: list[str],

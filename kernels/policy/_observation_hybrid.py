@@ -14,7 +14,6 @@ the keys and the U-Net's width, Push-T's where nothing says (each noted).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -25,17 +24,8 @@ from ._encoder import EncoderConfig, ObsEncoder
 from ._keypoints import robomimic_encoder_keys
 
 
-@dataclass(frozen=True)
-class HybridKeys:
-    """The policy's observation keys in shape_meta's order: its cameras, then its low-dim keys with their widths
-    (concatenated into the encoder's one low-dim vector and normalised as one affine field)."""
-
-    cameras: tuple[str, ...]
-    low_dim: tuple[tuple[str, int], ...]
-
-
 def hybrid_encoder(sd: dict[str, Any], settings: dict[str, Any], cfg: Any, notes: list[str]
-                   ) -> tuple[ObsEncoder | None, str, HybridKeys | None]:
+                   ) -> tuple[ObsEncoder | None, str, fmt.ObsKeys | None]:
     """The checkpoint's robomimic encoder (layout "robomimic"), its keys checked strictly (CheckpointError), and its
     observation keys; or (None, why, None). `settings`: _observation._dp_settings(cfg) (target, global_cond,
     n_obs_steps, shape_meta)."""
@@ -105,7 +95,7 @@ def hybrid_encoder(sd: dict[str, Any], settings: dict[str, Any], cfg: Any, notes
         config = EncoderConfig.robomimic(**kw)
     except ValueError as e:
         raise ck.CheckpointError(f"encoder settings do not fit: {e}") from None
-    keys = HybridKeys(tuple(rgb), tuple(zip(low, dims)))
+    keys = fmt.ObsKeys(tuple(rgb), tuple(zip(low, dims)))
     return _load(sd, keys.cameras, config, width, notes, assumed), "", keys
 
 

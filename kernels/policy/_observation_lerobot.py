@@ -79,7 +79,7 @@ class StateConditioning:
 
 
 def lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
-    from ._observation import ObservationSide, ObsKeys  # here: _observation imports this module
+    from ._observation import ObservationSide  # here: _observation imports this module
 
     absent = [n for n in ("config.json", "model.safetensors") if not (folder / n).is_file()]
     if absent:
@@ -96,7 +96,7 @@ def lerobot_side(folder: Path, notes: list[str]) -> ObservationSide:
         if not images and states == ["observation.state"] and others in ([], [ENV_KEY]):
             side.state = _state_conditioning(cfg, sd, env)
         if states == ["observation.state"]:
-            side.obs_keys = ObsKeys(tuple(images), ((states[0], _shape(cfg, states[0])[0]),), env)
+            side.obs_keys = fmt.ObsKeys(tuple(images), ((states[0], _shape(cfg, states[0])[0]),), env)
         side.normalizer, side.normalizer_reason = _normalizer(folder, cfg, sd, images, env, notes)
     except ck.CheckpointError as e:
         raise ck.CheckpointError(f"{folder}: {e}") from None

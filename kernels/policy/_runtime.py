@@ -56,7 +56,7 @@ class Policy:
     # the steps a robot executes (upstream: n_obs_steps - 1 .. n_obs_steps - 1 + n_action_steps; its low-dim
     # policies without oa_step_convention from n_obs_steps)
     action_slice: slice = field(default_factory=lambda: slice(None))
-    obs_keys: Any = None  # _observation.ObsKeys: the checkpoint's observation names, for predict(obs={...})
+    obs_keys: Any = None  # _observation_formats.ObsKeys: the checkpoint's observation names, for predict(obs={...})
     _gen: torch.Generator | None = None
 
     @property
