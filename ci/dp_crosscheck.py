@@ -1,6 +1,8 @@
 """Cross-check dpk against Diffusion Policy's own policy classes, end to end: DiffusionUnetHybridImagePolicy
-(robomimic's image encoder: Push-T's one camera, robomimic's tasks' two cameras and three low-dim keys) and
-DiffusionUnetLowdimPolicy (the obs vector as conditioning).
+(robomimic's image encoder: Push-T's one camera, robomimic's tasks' two cameras and three low-dim keys),
+DiffusionUnetImagePolicy with the real-robot Push-T config (MultiImageObsEncoder: two 240 x 320 cameras, one ResNet
+each, resize to their own size, crop 216 x 288, ImageNet normalisation) and DiffusionUnetLowdimPolicy (the obs
+vector as conditioning).
 
     PYTHONPATH=$PWD python3 ci/dp_crosscheck.py DIFFUSION_POLICY_ROOT ROBOMIMIC_ROOT
 
@@ -39,6 +41,9 @@ LIFT = {"obs": {"agentview_image": {"shape": [3, 84, 84], "type": "rgb"},  # rob
                 "robot0_eef_pos": {"shape": [3]}, "robot0_eef_quat": {"shape": [4]},
                 "robot0_gripper_qpos": {"shape": [2]}},
         "action": {"shape": [7]}}
+REAL = {"obs": {"camera_1": {"shape": [3, 240, 320], "type": "rgb"},  # real_pusht_image.yaml
+                "camera_3": {"shape": [3, 240, 320], "type": "rgb"}, "robot_eef_pose": {"shape": [2]}},
+        "action": {"shape": [2]}}
 SCHEDULER = {"_target_": "diffusers.schedulers.scheduling_ddpm.DDPMScheduler", "num_train_timesteps": 100,
              "beta_start": 0.0001, "beta_end": 0.02, "beta_schedule": "squaredcos_cap_v2",
              "variance_type": "fixed_small", "clip_sample": True, "prediction_type": "epsilon"}
@@ -145,6 +150,53 @@ def check(group_norm: bool, shape_meta: dict, tmp: Path, g: torch.Generator) -> 
     return same and same_actions(loaded, policy, obs, {"obs": obs}, "DDPM 100 steps")
 
 
+def check_image(tmp: Path, g: torch.Generator) -> bool:
+    """Upstream's image policy with train_diffusion_unet_real_image_workspace.yaml's encoder, its checkpoint."""
+    from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
+    from diffusion_policy.model.vision.model_getter import get_resnet
+    from diffusion_policy.model.vision.multi_image_obs_encoder import MultiImageObsEncoder
+    from diffusion_policy.policy.diffusion_unet_image_policy import DiffusionUnetImagePolicy
+    from omegaconf import OmegaConf
+
+    import dpk
+    torch.manual_seed(0)
+    encoder_cfg = {"resize_shape": [240, 320], "crop_shape": [216, 288], "random_crop": True, "use_group_norm": True,
+                   "share_rgb_model": False, "imagenet_norm": True}
+    encoder = MultiImageObsEncoder(shape_meta=REAL, rgb_model=get_resnet("resnet18"), **encoder_cfg)
+    unet = {"diffusion_step_embed_dim": 32, "down_dims": [32, 64, 128], "kernel_size": 5, "n_groups": 8,
+            "cond_predict_scale": True}
+    sched = {k: v for k, v in SCHEDULER.items() if k != "_target_"}
+    policy = DiffusionUnetImagePolicy(shape_meta=REAL, noise_scheduler=DDPMScheduler(**sched), obs_encoder=encoder,
+                                      horizon=16, n_action_steps=8, n_obs_steps=2, num_inference_steps=100, **unet)
+    randomize(policy, REAL, g)
+    policy.eval()
+    cfg = {"name": "train_diffusion_unet_image", "horizon": 16, "n_obs_steps": 2, "n_action_steps": 8,
+           "shape_meta": REAL, "task": {"name": "real_image", "shape_meta": REAL},
+           "policy": {"_target_": OF.DP_IMAGE_POLICY, "shape_meta": "${shape_meta}", "noise_scheduler": SCHEDULER,
+                      "obs_encoder": {"_target_": "MultiImageObsEncoder", "shape_meta": "${shape_meta}",
+                                      "rgb_model": {"name": "resnet18", "weights": None}, **encoder_cfg},
+                      "horizon": "${horizon}", "n_action_steps": "${n_action_steps}", "n_obs_steps": "${n_obs_steps}",
+                      "num_inference_steps": 100, "obs_as_global_cond": True, **unet}}
+    sd = policy.state_dict()
+    path = tmp / "real_image.ckpt"
+    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    side = L.load_observation_side(path)
+    obs = {k: torch.rand(3, 2, *v["shape"], generator=g) * (1 if v.get("type") == "rgb" else 512)
+           for k, v in REAL["obs"].items()}
+    with torch.no_grad():
+        nobs = policy.normalizer.normalize(obs)
+        want = policy.obs_encoder({k: v[:, :2].reshape(-1, *v.shape[2:]) for k, v in nobs.items()}).reshape(3, -1)
+        n = side.normalizer.normalize_obs(torch.stack([obs["camera_1"], obs["camera_3"]], dim=2), obs["robot_eef_pose"])
+        got = side.encoder(*n)
+    same = torch.equal(got, want)
+    print(f"image policy, real-robot Push-T encoder ({list(REAL['obs'])}): {len(side.encoder.state_dict())} tensors "
+          f"loaded strictly ({side.encoder.config.name}, {side.encoder.config.n_cameras} cameras, one ResNet each); "
+          f"global_cond {tuple(got.shape)}; bitwise equal to upstream's: {same} "
+          f"(max |difference| {float((got - want).abs().max()):.3g})")
+    loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
+    return same and same_actions(loaded, policy, obs, {"obs": obs}, "DDPM 100 steps")
+
+
 def check_lowdim(oa_step_convention: bool, tmp: Path, g: torch.Generator) -> bool:
     """Upstream's low-dim policy (Push-T keypoints: obs 20, global conditioning), its workspace checkpoint."""
     from diffusers.schedulers.scheduling_ddpm import DDPMScheduler
@@ -196,7 +248,7 @@ def main() -> int:
     g = torch.Generator().manual_seed(1)
     with tempfile.TemporaryDirectory() as tmp:
         ok = [check(gn, PUSHT, Path(tmp), g) for gn in (True, False)] + [check(True, LIFT, Path(tmp), g)]
-        ok += [check_lowdim(oa, Path(tmp), g) for oa in (True, False)]
+        ok += [check_image(Path(tmp), g)] + [check_lowdim(oa, Path(tmp), g) for oa in (True, False)]
     return 0 if all(ok) else 1
 
 

@@ -239,7 +239,8 @@ def test_bad_inputs_name_the_problem(image, agent_pos, msg):
     ({"norm": "batch"}, "the diffusion_policy layout is upstream's GroupNorm ResNet"),
     ({"layout": "mimic"}, "layout must be one of"),
     ({"layout": "robomimic", "feature_dim": 0}, "robomimic's Linear needs at least one output"),
-    ({"layout": "robomimic", "n_cameras": 2}, "robomimic's one VisualCore per camera \\(separate with several\\)"),
+    ({"layout": "robomimic", "n_cameras": 2}, "robomimic's layout has one VisualCore per camera"),
+    ({"separate": True}, "separate needs several"),
     ({"layout": "lerobot", "feature_dim": 0, "keypoints": 0}, "keypoints must be >= 1"),
     ({"n_obs_steps": 0}, "n_obs_steps must be >= 1"),
 ])
@@ -430,8 +431,8 @@ def _cfg(**policy) -> dict:
     (_cfg(obs_encoder__resize_shape=[90, 90]), None, "resize_shape [90, 90]"),
     (_cfg(obs_encoder__rgb_model__name="resnet34"), None, "rgb_model resnet34"),
     (_cfg(obs_as_global_cond=False), None, "obs_as_global_cond False"),
-    (_cfg(shape_meta={"obs": {"a": {"shape": [3, 96, 96], "type": "rgb"}, "b": {"shape": [3, 96, 96], "type": "rgb"},
-                              "agent_pos": {"shape": [2]}}}), None, "rgb keys ['a', 'b']"),
+    (_cfg(shape_meta={"obs": {"a": {"shape": [3, 96, 96], "type": "rgb"}, "b": {"shape": [3, 84, 84], "type": "rgb"},
+                              "agent_pos": {"shape": [2]}}}), None, "cameras of one shape"),
 ])
 def test_unsupported_encoders_give_none_and_why(cfg, edit, reason, tmp_path):
     side = L.load_observation_side(write_dp(tmp_path, cfg, edit=edit)[0])

@@ -85,11 +85,11 @@ class EncoderConfig:
             raise ValueError("the diffusion_policy layout is upstream's GroupNorm ResNet: norm 'group'")
         if self.keypoints < 1:
             raise ValueError(f"keypoints must be >= 1, got {self.keypoints}")
-        one = {"diffusion_policy": (1, False), "robomimic": (self.n_cameras, self.n_cameras > 1)}
-        if self.n_cameras < 1 or (self.layout in one and (self.n_cameras, self.separate) != one[self.layout]):
-            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: the diffusion_policy layout has "
-                             "one camera; robomimic's one VisualCore per camera (separate with several); LeRobot's "
-                             "at least one")
+        if self.n_cameras < 1 or (self.layout == "robomimic" and self.separate != (self.n_cameras > 1)) or (
+                self.layout == "diffusion_policy" and self.separate and self.n_cameras == 1):
+            raise ValueError(f"n_cameras {self.n_cameras}, separate {self.separate}: robomimic's layout has one "
+                             "VisualCore per camera (separate with several); every layout at least one camera, and "
+                             "separate needs several")
         if self.layout == "robomimic" and self.feature_dim < 1:
             raise ValueError(f"feature_dim {self.feature_dim}: robomimic's Linear needs at least one output")
         want = {"lerobot": 2 * self.keypoints, "diffusion_policy": FEATURE_DIM}.get(self.layout, self.feature_dim)
@@ -163,6 +163,7 @@ class ObsEncoder(nn.Module):
         if self.config.layout != "diffusion_policy" and min(self.config.map_shape) < 1:
             raise ValueError(f"an image of {self.config.crop_shape or self.config.image_shape[1:]} leaves no "
                              "layer4 map for the keypoints")
+        self.backbones: nn.ModuleList | None = None
         with torch.random.fork_rng(devices=[], enabled=seed is not None):
             if seed is not None:
                 torch.manual_seed(seed)
@@ -172,7 +173,10 @@ class ObsEncoder(nn.Module):
                 self.backbone, self.rgb = None, nn.ModuleList(
                     RgbEncoder(cfg.norm, *cfg.map_shape, cfg.keypoints, cfg.layout, cfg.feature_dim)
                     for _ in range(cfg.n_cameras if cfg.separate else 1))
-            else:
+            elif cfg.separate:  # Diffusion Policy's image policy without share_rgb_model: one ResNet per camera
+                self.backbone, self.rgb, self.backbones = None, None, nn.ModuleList(
+                    ResNet18() for _ in range(cfg.n_cameras))
+            else:  # ... one ResNet (shared by the cameras with share_rgb_model)
                 self.backbone, self.rgb = ResNet18(), None
         _, h, w = self.config.image_shape
         self._crop = center_crop_box(h, w, self.config.crop_shape)
@@ -196,11 +200,14 @@ class ObsEncoder(nn.Module):
         self.check_inputs(image, agent_pos)
         cfg, (b, n) = self.config, image.shape[:2]
         low = agent_pos.reshape(b * n, cfg.low_dim)
-        if self.rgb is None:
-            x = self.transform(image.reshape(b * n, *cfg.image_shape))
-            frames = torch.cat([self.backbone(x), low], dim=-1)  # rgb keys first, then low-dim
+        x = image.reshape(b * n, cfg.n_cameras, *cfg.image_shape)
+        if self.backbones is not None:  # one ResNet per camera, the cameras' features in key order
+            feats = torch.cat([net(self.transform(x[:, c])) for c, net in enumerate(self.backbones)], dim=-1)
+            frames = torch.cat([feats, low], dim=-1)  # rgb keys first, then low-dim
+        elif self.rgb is None:  # one ResNet: the cameras as one batch, camera-major (upstream's cat over keys)
+            feats = self.backbone(self.transform(x.transpose(0, 1).reshape(-1, *cfg.image_shape)))
+            frames = torch.cat([feats.reshape(cfg.n_cameras, b * n, -1).transpose(0, 1).reshape(b * n, -1), low], -1)
         else:
-            x = image.reshape(b * n, cfg.n_cameras, *cfg.image_shape)
             if len(self.rgb) == 1:  # one shared encoder: frames and cameras as one batch, "(b s n) -> b s (n ...)"
                 feats = self.rgb[0](self.transform(x.reshape(-1, *cfg.image_shape))).reshape(b * n, -1)
             else:

@@ -97,7 +97,8 @@ def _config(params: Mapping[str, Any]) -> EncoderConfig:
                                      keypoints=int(params.get("keypoints", 32)),
                                      n_cameras=int(params.get("cameras", 1)), separate=bool(params.get("separate")),
                                      **kw)
-    return EncoderConfig(**kw)
+    cameras = int(params.get("cameras", 1))
+    return EncoderConfig(n_cameras=cameras, separate=cameras > 1 and bool(params.get("separate", True)), **kw)
 
 
 def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.device | None) -> Encoder | None:

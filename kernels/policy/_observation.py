@@ -4,10 +4,10 @@
     if side.encoder is None: print(side.encoder_reason)
     global_cond = side.encoder(*side.normalizer.normalize_obs(image, agent_pos))
 
-diffusion_policy .ckpt (EMA weights preferred, as unet1d's loader does) or a policy state dict: the encoder from
-`obs_encoder.key_model_map.<rgb key>.*` (_observation_formats.py), configured from cfg.policy.obs_encoder and
-shape_meta, or, without a cfg, from the keys and the U-Net's global_cond_dim with Push-T defaults (each noted); the
-normaliser from `normalizer.params_dict.*`; DiffusionUnetHybridImagePolicy's robomimic encoder
+diffusion_policy .ckpt (EMA weights preferred, as unet1d's loader does) or a policy state dict: the image policy's
+encoder from `obs_encoder.key_model_map.<rgb key>.*` (_observation_image.py), configured from cfg.policy.obs_encoder
+and shape_meta, or, without a cfg, from the keys and the U-Net's global_cond_dim with Push-T defaults (each noted);
+the normaliser from `normalizer.params_dict.*`; DiffusionUnetHybridImagePolicy's robomimic encoder
 (`obs_encoder.obs_nets.*`) from _observation_hybrid.py. A LeRobot folder: its DiffusionRgbEncoder (ResNet trunk +
 SpatialSoftmax keypoints + Linear, the state before the image features) and its statistics (_observation_lerobot.py).
 A bare U-Net state dict has neither. What is absent comes back as None with the reason; what is
@@ -22,9 +22,10 @@ from typing import Any
 from ..unet1d import _checkpoint as ck
 from ..unet1d import _checkpoint_pickle as unpickle
 from . import _observation_formats as fmt
-from ._encoder import EncoderConfig, ObsEncoder
+from ._encoder import ObsEncoder
 from ._normalizer import Normalizer
 from ._observation_hybrid import hybrid_encoder
+from ._observation_image import image_encoder
 from ._observation_lerobot import StateConditioning, lerobot_side
 
 
@@ -77,29 +78,21 @@ def load_observation_side(path: str | Path, prefer_ema: bool = True) -> Observat
 
 def _policy_side(sd: dict[str, Any], cfg: Any, notes: list[str]) -> ObservationSide:
     """A diffusion_policy policy state dict (and its cfg, when there is one)."""
-    side, hybrid = ObservationSide(None, None, "", "", notes=notes), None
+    side, keys = ObservationSide(None, None, "", "", notes=notes), None
     enc_keys = [k for k in sd if k.startswith(fmt.DP_ENCODER)]
     settings = _dp_settings(cfg)
-    config, why = None, ""
+    why = ""
     if not enc_keys:
         if _lowdim_side(side, sd, settings, cfg, notes):
             return side
         why = side.encoder_reason or "no obs_encoder.* keys: a bare U-Net state dict has no image encoder"
     elif any(k.startswith(fmt.DP_HYBRID) for k in enc_keys):  # DiffusionUnetHybridImagePolicy: robomimic's
-        side.encoder, why, hybrid = hybrid_encoder(sd, settings, cfg, notes)
-        config = side.encoder.config if side.encoder else None
-    elif any(k.endswith(".running_mean") for k in enc_keys) or settings["use_group_norm"] is False:
-        why = "the ResNet keeps BatchNorm (use_group_norm False): only upstream's GroupNorm ResNet is implemented"
-    else:
-        config, why = _encoder_config(sd, settings, notes)
-    if config is not None and side.encoder is None:
-        side.encoder = _load_encoder(sd, enc_keys, config, settings["share_rgb_model"], notes)
+        side.encoder, why, keys = hybrid_encoder(sd, settings, cfg, notes)
+    else:  # DiffusionUnetImagePolicy: MultiImageObsEncoder
+        side.encoder, why, keys = image_encoder(sd, settings, notes)
     side.encoder_reason = why
-    image_key, state_key = (config.rgb_key, config.low_dim_key) if config else ("image", "agent_pos")
-    images, states = ((image_key,), ((state_key, config.low_dim if config else None),))
-    if hybrid is not None:
-        images, states = hybrid.cameras, hybrid.low_dim
-    side.obs_keys = fmt.ObsKeys(images, states) if config else None
+    images, states = (keys.cameras, keys.low_dim) if keys else (("image",), (("agent_pos", None),))
+    side.obs_keys = keys
     have = sorted({k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)})
     need = [*images, *(k for k, _ in states), "action"]
     if all(k in have for k in need):
@@ -150,71 +143,3 @@ def _dp_settings(cfg: Any) -> dict[str, Any]:
     out["n_obs_steps"] = get("policy.n_obs_steps") or get("n_obs_steps")
     out["shape_meta"] = get("policy.shape_meta") or get("shape_meta") or get("task.shape_meta")
     return out
-
-
-def _encoder_config(sd: dict[str, Any], s: dict[str, Any], notes: list[str]) -> tuple[EncoderConfig | None, str]:
-    """EncoderConfig from the cfg's settings, else from keys and shapes; (None, why) for what is not implemented."""
-    unsupported = [(s["target"] not in (None, fmt.DP_IMAGE_POLICY), f"policy {s['target']}"),
-                   (s["global_cond"] is False, "obs_as_global_cond False (observations by inpainting)"),
-                   (s["resize_shape"] is not None, f"resize_shape {s['resize_shape']} (torchvision Resize)"),
-                   (s["backbone"] not in (None, "resnet18"), f"rgb_model {s['backbone']}")]
-    for bad, what in unsupported:
-        if bad:
-            return None, f"{what}: not implemented (DiffusionUnetImagePolicy with one resnet18, no resize is)"
-    defaults, kw, assumed = EncoderConfig(), {}, []
-    meta = (s["shape_meta"] or {}).get("obs") if isinstance(s["shape_meta"], dict) else None
-    if meta:
-        rgb = sorted(k for k, v in meta.items() if v.get("type", "low_dim") == "rgb")
-        low = sorted(k for k, v in meta.items() if v.get("type", "low_dim") == "low_dim")
-        if len(rgb) != 1 or len(low) != 1:
-            return None, f"shape_meta has rgb keys {rgb} and low-dim keys {low}: one of each is implemented"
-        kw = {"rgb_key": rgb[0], "low_dim_key": low[0], "image_shape": tuple(meta[rgb[0]]["shape"]),
-              "low_dim": int(meta[low[0]]["shape"][0])}
-    else:
-        models = sorted({k[len(fmt.DP_MODELS):].split(".")[0] for k in sd if k.startswith(fmt.DP_MODELS)})
-        if len(models) == 1 and models[0] != "rgb":
-            kw["rgb_key"] = models[0]
-        scale = sd.get(f"{fmt.DP_NORMALIZER}{defaults.low_dim_key}.scale")
-        if scale is not None:
-            kw["low_dim"] = scale.numel()
-        assumed.append(f"image_shape {defaults.image_shape}")
-    if s["crop_shape"] is not None or s["random_crop"] is not None:
-        # upstream crops only through CropRandomizer (random_crop True); with False its CenterCrop is overwritten
-        kw["crop_shape"] = tuple(s["crop_shape"]) if s["crop_shape"] and s["random_crop"] is not False else None
-    else:
-        assumed.append(f"crop_shape {defaults.crop_shape}")
-    if s["imagenet_norm"] is not None:
-        kw["imagenet_norm"] = bool(s["imagenet_norm"])
-    else:
-        assumed.append(f"imagenet_norm {defaults.imagenet_norm}")
-    if s["n_obs_steps"] is not None:
-        kw["n_obs_steps"] = int(s["n_obs_steps"])
-    elif (cond := fmt.unet_width(sd)) is not None:
-        frame = defaults.feature_dim + kw.get("low_dim", defaults.low_dim)
-        if cond % frame == 0 and cond > 0:
-            kw["n_obs_steps"] = cond // frame
-            notes.append(f"n_obs_steps {cond // frame} from the U-Net's global_cond_dim {cond} = n * {frame}")
-    if "n_obs_steps" not in kw:
-        assumed.append(f"n_obs_steps {defaults.n_obs_steps}")
-    if assumed:
-        notes.append(f"not in the checkpoint, Push-T image defaults assumed: {', '.join(assumed)}")
-    try:
-        return EncoderConfig(**kw), ""
-    except ValueError as e:
-        raise ck.CheckpointError(f"encoder settings do not fit: {e}") from None
-
-
-def _load_encoder(sd: dict[str, Any], enc_keys: list[str], config: EncoderConfig, shared: bool | None,
-                  notes: list[str]) -> ObsEncoder:
-    """ObsEncoder(config) with the checkpoint's weights; keys checked strictly, the U-Net's cond width too."""
-    if shared is None:
-        shared = any(k.startswith(f"{fmt.DP_MODELS}rgb.") for k in enc_keys) and config.rgb_key != "rgb"
-    prefix = fmt.dp_model_prefix(config, shared)
-    encoder = ObsEncoder(config)
-    keys = {prefix + k[len("backbone."):]: k for k in encoder.state_dict()}
-    encoder = fmt.load_strict(encoder, sd, keys, [k for k in enc_keys if k != fmt.DP_DUMMY],
-                              f"obs_encoder keys do not fit the GroupNorm ResNet-18 under {prefix!r}", notes)
-    fmt.check_width("encoder", config.n_obs_steps, config.frame_parts, config.cond_dim, fmt.unet_width(sd))
-    notes.append(f"encoder: {prefix}* ({len(keys)} tensors), {config}")
-    return encoder
-

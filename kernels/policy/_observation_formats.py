@@ -100,14 +100,23 @@ def check_width(who: str, n_obs: int, parts: list[object], width: int, unet_widt
                               f"the U-Net's global_cond_dim is {unet_width}")
 
 
-def dp_model_prefix(config: EncoderConfig, shared: bool = False) -> str:
-    return f"{DP_MODELS}{'rgb' if shared else config.rgb_key}."
+def dp_encoder_key(key: str, cameras: list[str] | tuple[str, ...], shared: bool = False) -> str:
+    """ObsEncoder's key (layout diffusion_policy) -> the policy's: `backbone.<resnet18 key>` ->
+    `obs_encoder.key_model_map.<camera 0, or rgb with share_rgb_model>.<key>`, `backbones.<i>.<key>` (one ResNet
+    per camera) -> `obs_encoder.key_model_map.<cameras[i]>.<key>`."""
+    head, rest = key.split(".", 1)
+    if head == "backbones":
+        i, rest = rest.split(".", 1)
+        return f"{DP_MODELS}{cameras[int(i)]}.{rest}"
+    return f"{DP_MODELS}{'rgb' if shared else cameras[0]}.{rest}"
 
 
-def dp_encoder_tensors(encoder: ObsEncoder, shared: bool = False) -> dict[str, torch.Tensor]:
-    """`obs_encoder.*` of a DiffusionUnetImagePolicy holding `encoder`'s weights."""
-    prefix = dp_model_prefix(encoder.config, shared)
-    sd = {prefix + k[len("backbone."):]: v for k, v in encoder.state_dict().items()}
+def dp_encoder_tensors(encoder: ObsEncoder, shared: bool = False, cameras: list[str] | None = None
+                       ) -> dict[str, torch.Tensor]:
+    """`obs_encoder.*` of a DiffusionUnetImagePolicy holding `encoder`'s weights (cameras: their rgb keys, default
+    the config's rgb_key)."""
+    cameras = cameras or [encoder.config.rgb_key]
+    sd = {dp_encoder_key(k, cameras, shared): v for k, v in encoder.state_dict().items()}
     return {DP_DUMMY: torch.zeros(0), **sd}
 
 
@@ -124,13 +133,15 @@ def dp_normalizer_tensors(fields: dict[str, tuple[torch.Tensor, torch.Tensor]]) 
 
 
 def dp_cfg(unet_config: Any, enc: EncoderConfig, random_crop: bool = True, shared: bool = False,
+           cameras: list[str] | None = None, low_dim: list[tuple[str, int]] | None = None,
            **obs_encoder: Any) -> dict[str, Any]:
     """A train_diffusion_unet_image_workspace cfg (a plain dict) for this U-Net and encoder; `obs_encoder`
-    overrides entries of cfg.policy.obs_encoder. shape_meta sits in cfg.task, referenced by interpolation."""
+    overrides entries of cfg.policy.obs_encoder. shape_meta (the cameras, default the rgb key, then the low-dim keys,
+    default the low-dim key) sits in cfg.task, referenced by interpolation."""
     cfg = unet_fmt.diffusion_policy_cfg(unet_config)
-    shape_meta = {"obs": {enc.rgb_key: {"shape": list(enc.image_shape), "type": "rgb"},
-                          enc.low_dim_key: {"shape": [enc.low_dim], "type": "low_dim"}},
-                  "action": {"shape": [unet_config.input_dim]}}
+    obs = {c: {"shape": list(enc.image_shape), "type": "rgb"} for c in cameras or [enc.rgb_key]}
+    obs |= {k: {"shape": [d], "type": "low_dim"} for k, d in low_dim or [(enc.low_dim_key, enc.low_dim)]}
+    shape_meta = {"obs": obs, "action": {"shape": [unet_config.input_dim]}}
     cfg["task"]["shape_meta"], cfg["shape_meta"], cfg["n_obs_steps"] = shape_meta, "${task.shape_meta}", enc.n_obs_steps
     cfg["policy"]["shape_meta"] = "${shape_meta}"
     cfg["policy"]["obs_encoder"] = {
@@ -162,11 +173,8 @@ def dp_hybrid_cfg(unet_config: Any, enc: EncoderConfig, cameras: list[str] | Non
     """A train_diffusion_unet_hybrid_workspace cfg (a plain dict) for this U-Net and robomimic encoder; `policy`
     overrides entries of cfg.policy. shape_meta: the cameras (default the rgb key), then the low-dim keys (default
     the low-dim key), as Push-T's and robomimic's tasks order them."""
-    cfg = dp_cfg(unet_config, enc)
+    cfg = dp_cfg(unet_config, enc, cameras=cameras, low_dim=low_dim)
     del cfg["policy"]["obs_encoder"]
-    obs = {c: {"shape": list(enc.image_shape), "type": "rgb"} for c in cameras or [enc.rgb_key]}
-    obs |= {k: {"shape": [d], "type": "low_dim"} for k, d in low_dim or [(enc.low_dim_key, enc.low_dim)]}
-    cfg["task"]["shape_meta"]["obs"] = obs
     cfg["name"] = "train_diffusion_unet_hybrid"
     cfg["policy"].update({"_target_": HYBRID_POLICY, "crop_shape": list(enc.crop_shape) if enc.crop_shape else None,
                           "obs_encoder_group_norm": enc.norm == "group", "eval_fixed_crop": True, **policy})
