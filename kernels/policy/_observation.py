@@ -107,7 +107,7 @@ def _lowdim_side(side: ObservationSide, sd: dict[str, Any], settings: dict[str, 
                  notes: list[str]) -> bool:
     """DiffusionUnetLowdimPolicy with obs_as_global_cond: global_cond = the normalised `obs` vector of each frame,
     frames in order (`nobs[:, :To].reshape(B, -1)`), as StateConditioning builds it; normaliser fields `obs` and
-    `action`. False where the checkpoint is not such a policy (its reason, if any, in side.normalizer_reason)."""
+    `action`. False where the checkpoint is not such a policy (its reason, if any, in side.encoder_reason)."""
     fields = {k[len(fmt.DP_NORMALIZER):].split(".")[0] for k in sd if k.startswith(fmt.DP_NORMALIZER)}
     if fields != {"obs", "action"} or settings["target"] not in (None, fmt.DP_LOWDIM_POLICY):
         return False
