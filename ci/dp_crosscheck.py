@@ -64,14 +64,10 @@ def randomize(policy: nn.Module, shape_meta: dict, g: torch.Generator) -> None:
     """Norm affines and BatchNorm statistics away from their init and the softmax temperature away from 1, so that
     a misplaced tensor shows; a normaliser fitted to random data in upstream's 'limits' mode."""
     from diffusion_policy.model.common.normalizer import LinearNormalizer, SingleFieldLinearNormalizer
+    from lerobot_crosscheck import randomize as randomize_norms  # the sibling script's: ci/ is sys.path[0]
+    randomize_norms(policy, g)
     with torch.no_grad():
         for m in policy.modules():
-            if isinstance(m, (nn.GroupNorm, nn.BatchNorm2d)):
-                m.weight.copy_(1 + 0.3 * torch.randn(m.weight.shape, generator=g))
-                m.bias.copy_(0.3 * torch.randn(m.bias.shape, generator=g))
-            if isinstance(m, nn.BatchNorm2d):
-                m.running_mean.copy_(0.2 * torch.randn(m.running_mean.shape, generator=g))
-                m.running_var.copy_(0.5 + torch.rand(m.running_var.shape, generator=g))
             if hasattr(m, "temperature") and isinstance(m.temperature, torch.Tensor):
                 m.temperature.fill_(0.8)
     data = {k: torch.rand(64, v["shape"][0], generator=g) * 512 for k, v in shape_meta["obs"].items()
@@ -87,9 +83,16 @@ def randomize(policy: nn.Module, shape_meta: dict, g: torch.Generator) -> None:
     policy.set_normalizer(normalizer)
 
 
-def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, shape_meta: dict, path: Path) -> Path:
+def save_workspace(policy: nn.Module, cfg: dict, path: Path) -> Path:
     """What upstream's workspace save_checkpoint writes: cfg (OmegaConf) and every module's state dict."""
     from omegaconf import OmegaConf
+    sd = policy.state_dict()
+    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    return path
+
+
+def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, shape_meta: dict, path: Path) -> Path:
+    """The hybrid policy's workspace checkpoint, its cfg as train_diffusion_unet_hybrid_workspace.yaml's."""
     cfg = {"name": "train_diffusion_unet_hybrid", "horizon": 16, "n_obs_steps": 2, "n_action_steps": 8,
            "shape_meta": shape_meta, "task": {"name": "image", "shape_meta": shape_meta},
            "policy": {"_target_": OF.HYBRID_POLICY, "shape_meta": "${shape_meta}", "noise_scheduler": SCHEDULER,
@@ -97,9 +100,7 @@ def workspace_ckpt(policy: nn.Module, group_norm: bool, steps: int, shape_meta: 
                       "num_inference_steps": steps, "obs_as_global_cond": True, "crop_shape": [76, 76],
                       "diffusion_step_embed_dim": 32, "down_dims": [32, 64, 128], "kernel_size": 5, "n_groups": 8,
                       "cond_predict_scale": True, "obs_encoder_group_norm": group_norm, "eval_fixed_crop": True}}
-    sd = policy.state_dict()
-    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
-    return path
+    return save_workspace(policy, cfg, path)
 
 
 def same_actions(loaded, policy: nn.Module, obs: dict, kw: dict, what: str) -> bool:
@@ -156,7 +157,6 @@ def check_image(tmp: Path, g: torch.Generator) -> bool:
     from diffusion_policy.model.vision.model_getter import get_resnet
     from diffusion_policy.model.vision.multi_image_obs_encoder import MultiImageObsEncoder
     from diffusion_policy.policy.diffusion_unet_image_policy import DiffusionUnetImagePolicy
-    from omegaconf import OmegaConf
 
     import dpk
     torch.manual_seed(0)
@@ -177,9 +177,7 @@ def check_image(tmp: Path, g: torch.Generator) -> bool:
                                       "rgb_model": {"name": "resnet18", "weights": None}, **encoder_cfg},
                       "horizon": "${horizon}", "n_action_steps": "${n_action_steps}", "n_obs_steps": "${n_obs_steps}",
                       "num_inference_steps": 100, "obs_as_global_cond": True, **unet}}
-    sd = policy.state_dict()
-    path = tmp / "real_image.ckpt"
-    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    path = save_workspace(policy, cfg, tmp / "real_image.ckpt")
     side = L.load_observation_side(path)
     obs = {k: torch.rand(3, 2, *v["shape"], generator=g) * (1 if v.get("type") == "rgb" else 512)
            for k, v in REAL["obs"].items()}
@@ -203,7 +201,6 @@ def check_lowdim(oa_step_convention: bool, tmp: Path, g: torch.Generator) -> boo
     from diffusion_policy.model.common.normalizer import LinearNormalizer
     from diffusion_policy.model.diffusion.conditional_unet1d import ConditionalUnet1D
     from diffusion_policy.policy.diffusion_unet_lowdim_policy import DiffusionUnetLowdimPolicy
-    from omegaconf import OmegaConf
 
     import dpk
     torch.manual_seed(0)
@@ -225,9 +222,7 @@ def check_lowdim(oa_step_convention: bool, tmp: Path, g: torch.Generator) -> boo
                       "horizon": "${horizon}", "obs_dim": "${obs_dim}", "n_obs_steps": "${n_obs_steps}",
                       "num_inference_steps": 100, "obs_as_global_cond": "${obs_as_global_cond}",
                       "oa_step_convention": oa_step_convention}}
-    sd = policy.state_dict()
-    path = tmp / f"lowdim_{oa_step_convention}.ckpt"
-    torch.save({"cfg": OmegaConf.create(cfg), "state_dicts": {"model": sd, "ema_model": sd}, "pickles": {}}, path)
+    path = save_workspace(policy, cfg, tmp / f"lowdim_{oa_step_convention}.ckpt")
     loaded = dpk.load_policy(path, device="cpu", verify=False, variant="eager_diffusers")
     print(f"low-dim policy, oa_step_convention {oa_step_convention}: conditioning {loaded.state}")
     obs = torch.rand(3, 2, 20, generator=g) * 512

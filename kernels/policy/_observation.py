@@ -119,10 +119,7 @@ def _lowdim_side(side: ObservationSide, sd: dict[str, Any], settings: dict[str, 
         what = [u for u in unsupported if u] or ["a U-Net without global conditioning (observations by inpainting)"]
         side.encoder_reason = f"low-dim policy with {', '.join(what)}: not implemented"
         return False
-    n_obs = settings["n_obs_steps"]
-    if n_obs is None:
-        n_obs = width // obs_dim
-        notes.append(f"n_obs_steps {n_obs} from the U-Net's global_cond_dim {width} = n * {obs_dim}")
+    n_obs = fmt.n_obs_steps(settings["n_obs_steps"], width, obs_dim, notes, [])
     side.state, side.obs_keys = StateConditioning(int(n_obs), obs_dim, 0), fmt.ObsKeys((), (("obs", obs_dim),))
     fmt.check_width("state conditioning", side.state.n_obs_steps, [obs_dim], side.state.cond_dim, width)
     side.normalizer = Normalizer.from_diffusion_policy(sd, (), "obs")

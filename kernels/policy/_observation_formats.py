@@ -58,6 +58,19 @@ def unet_width(sd: dict[str, Any]) -> int | None:
     return sd[UNET_COND].shape[1] - sd[UNET_STEP].shape[1] if UNET_COND in sd and UNET_STEP in sd else None
 
 
+def n_obs_steps(stored: Any, width: int | None, frame: int, notes: list[str], assumed: list[str],
+                default: int = 2) -> int:
+    """The frames the conditioning holds: the cfg's, else the U-Net's global_cond_dim over one frame's width (noted),
+    else `default` (added to `assumed`)."""
+    if stored is not None:
+        return int(stored)
+    if width and width % frame == 0:
+        notes.append(f"n_obs_steps {width // frame} from the U-Net's global_cond_dim {width} = n * {frame}")
+        return width // frame
+    assumed.append(f"n_obs_steps {default}")
+    return default
+
+
 def cfg_get(cfg: Any, dotted: str, depth: int = 0) -> Any:
     """unet1d's _cfg_get, following `${a.b}` interpolations that a cfg read without omegaconf keeps as strings."""
     value = _cfg_get(cfg, dotted)

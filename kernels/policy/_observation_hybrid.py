@@ -78,17 +78,9 @@ def hybrid_encoder(sd: dict[str, Any], settings: dict[str, Any], cfg: Any, notes
     for name, key in (("keypoints", f"{net}nets.1.nets.weight"), ("feature_dim", f"{net}nets.3.weight")):
         if key in sd:
             kw[name] = sd[key].shape[0]
-    n_obs = settings["n_obs_steps"]
     width = fmt.unet_width(sd)
-    if n_obs is not None:
-        kw["n_obs_steps"] = int(n_obs)
-    elif width:
-        frame = len(rgb) * kw.get("feature_dim", 64) + kw["low_dim"]
-        if width % frame == 0:
-            kw["n_obs_steps"] = width // frame
-            notes.append(f"n_obs_steps {width // frame} from the U-Net's global_cond_dim {width} = n * {frame}")
-    if "n_obs_steps" not in kw:
-        assumed.append("n_obs_steps 2")
+    kw["n_obs_steps"] = fmt.n_obs_steps(settings["n_obs_steps"], width, len(rgb) * kw.get("feature_dim", 64)
+                                        + kw["low_dim"], notes, assumed)
     if assumed:
         notes.append(f"not in the checkpoint, Push-T image defaults assumed: {', '.join(assumed)}")
     try:

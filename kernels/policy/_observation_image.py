@@ -72,15 +72,9 @@ def image_encoder(sd: dict[str, Any], s: dict[str, Any], notes: list[str]
         kw["imagenet_norm"] = bool(s["imagenet_norm"])
     else:
         assumed.append(f"imagenet_norm {defaults.imagenet_norm}")
-    if s["n_obs_steps"] is not None:
-        kw["n_obs_steps"] = int(s["n_obs_steps"])
-    elif (cond := fmt.unet_width(sd)) is not None:
-        frame = len(rgb) * defaults.feature_dim + kw["low_dim"]
-        if cond % frame == 0 and cond > 0:
-            kw["n_obs_steps"] = cond // frame
-            notes.append(f"n_obs_steps {cond // frame} from the U-Net's global_cond_dim {cond} = n * {frame}")
-    if "n_obs_steps" not in kw:
-        assumed.append(f"n_obs_steps {defaults.n_obs_steps}")
+    kw["n_obs_steps"] = fmt.n_obs_steps(s["n_obs_steps"], fmt.unet_width(sd),
+                                        len(rgb) * defaults.feature_dim + kw["low_dim"], notes, assumed,
+                                        defaults.n_obs_steps)
     if assumed:
         notes.append(f"not in the checkpoint, Push-T image defaults assumed: {', '.join(assumed)}")
     try:
