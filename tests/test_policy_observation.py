@@ -6,7 +6,8 @@
     interleaved) all fail that comparison;
   - center crop as torchvision's (round half to even) and nothing outside the crop reaching the output;
     feature layout frame by frame; torchvision's module tree, init values (pinned) and outputs;
-  - bad inputs name the problem; forward compiles as one graph; CUDA graph capture (GPU);
+  - bad inputs name the problem; forward compiles as one graph; kernels_loop's compiled encoder (Inductor on the
+    CPU); CUDA graph capture (GPU);
   - normalisers: upstream's affine arithmetic, round trips, bad keys;
   - loading: diffusion_policy .ckpt (EMA preferred, shared rgb model, cfg settings or none), a policy state dict
     in .pt / .safetensors; None with a reason for what is not implemented; missing / unexpected / misshaped keys
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -30,6 +32,8 @@ N = importlib.import_module("dpk.families.policy._normalizer")
 L = importlib.import_module("dpk.families.policy._observation")
 ORACLE = importlib.import_module("dpk.families.policy._oracle")
 OF = importlib.import_module("dpk.families.policy._observation_formats")
+ENC = importlib.import_module("dpk.families.policy._encoding")
+CH = importlib.import_module("dpk.families.policy._chunk")
 U = importlib.import_module("dpk.families.unet1d._unet")
 UF = importlib.import_module("dpk.families.unet1d._checkpoint_formats")
 CheckpointError = importlib.import_module("dpk.families.unet1d._checkpoint").CheckpointError
@@ -263,6 +267,24 @@ def test_forward_is_one_graph(cfg):
     with torch.no_grad():
         torch.testing.assert_close(torch.compile(enc, backend="eager", fullgraph=True)(image, agent_pos),
                                    enc(image, agent_pos), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("cfg", [E.EncoderConfig(image_shape=(3, 20, 20), crop_shape=(16, 16), n_obs_steps=1),
+                                 E.EncoderConfig.robomimic(image_shape=(3, 44, 44), crop_shape=(40, 40), keypoints=4,
+                                                           n_obs_steps=1)],
+                         ids=["diffusion_policy", "robomimic"])
+def test_kernels_loop_encoder_is_compiled_once(cfg):
+    """kernels_loop's encoder (condition(..., compiled=True)): the module under Inductor (its CPU backend here), made
+    once per encoder, the module's features within the family's float32 encoder bound."""
+    torch._dynamo.reset()
+    enc = ENC.Encoder(E.ObsEncoder(cfg), torch.device("cpu"), "random(0)")
+    image, agent_pos = inputs(cfg, b=2)
+    chunk = SimpleNamespace(encoder=enc)
+    with torch.no_grad():
+        want, got = enc(image, agent_pos), CH.condition(chunk, None, image, agent_pos, compiled=True)
+    assert enc.compiled() is enc.compiled()
+    atol = 8 * ORACLE.encoder_rel_error("float32", enc.conv_lengths()) * float(want.pow(2).mean().sqrt())
+    torch.testing.assert_close(got, want, rtol=0, atol=atol)
 
 
 @pytest.mark.gpu

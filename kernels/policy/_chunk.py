@@ -97,10 +97,11 @@ def predraw(spec: NoiseSpec, schedule: Schedule, shape: tuple[int, int, int], de
 
 
 def condition(chunk: Chunk, global_cond: torch.Tensor | None, image: torch.Tensor | None,
-              agent_pos: torch.Tensor | None) -> torch.Tensor | None:
-    """(B, G) global conditioning of the U-Net: the encoder's output, the given one, or None (G = 0)."""
+              agent_pos: torch.Tensor | None, compiled: bool = False) -> torch.Tensor | None:
+    """(B, G) global conditioning of the U-Net: the encoder's output (`compiled`: its torch.compile form), the
+    given one, or None (G = 0)."""
     if chunk.encoder is not None:
-        return chunk.encoder(image, agent_pos)
+        return (chunk.encoder.compiled() if compiled else chunk.encoder)(image, agent_pos)
     return global_cond if chunk.net.config.global_cond_dim else None
 
 

@@ -13,7 +13,7 @@ keypoints) for LeRobot's, n_obs_steps x (64 + 2) for robomimic's (132 on Push-T 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +30,14 @@ ENCODER_COMPUTE = "tf32" if torch.backends.cudnn.allow_tf32 else "float32"
 
 
 class Encoder:
-    """One encoder on one device: the float32 module the variants run and its float64 copy for the oracle."""
+    """One encoder on one device: the float32 module the variants run, its float64 copy for the oracle, and the
+    module under torch.compile for kernels_loop."""
 
     def __init__(self, module: ObsEncoder, device: torch.device, label: str):
         self.module = module.to(device).eval().requires_grad_(False)
         self.label, self.device = label, device
         self._ref: ObsEncoder | None = None
+        self._compiled: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
 
     @property
     def config(self) -> EncoderConfig:
@@ -43,6 +45,14 @@ class Encoder:
 
     def __call__(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
         return self.module(image, agent_pos)
+
+    def compiled(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+        """The module under torch.compile (Inductor, static shapes, one graph): each normalisation with its ReLU
+        (and residual add) one generated kernel instead of ~4, the convs still cuDNN's, in the same TF32. Its first
+        call per input shape compiles (tens of seconds), so callers make it before any graph capture."""
+        if self._compiled is None:
+            self._compiled = torch.compile(self.module, fullgraph=True, dynamic=False)
+        return self._compiled
 
     def reference(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
         if self._ref is None:

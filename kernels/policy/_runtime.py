@@ -4,10 +4,11 @@ checked, its graphs captured at load; conditioning in, action chunk out (dpk.loa
 The variant (pick="measure", the default): every candidate that is available on this device and prepares for
 these weights (a variant raising dpk.Unavailable while preparing, e.g. kernels_loop on a shape it has no kernel
 for, drops out) is timed at load by the timing engine's latency loop, all of them in turn (`Timer.latencies`:
-host wall time from the call to the actions on the host), and the fastest wins. No single order is right: at
-B = 1 kernels_loop leads every stored run by 4x, at B = 8 on Push-T image graph_loop beats it, and without the
-kernels compiled beats graph_loop on 16 DDIM steps (kernels/policy/NOTES.md). The default candidates leave out
-`compiled` (its torch.compile costs minutes at load on the larger configs): name it in `candidates` to race it.
+host wall time from the call to the actions on the host), and the fastest wins. No single order is right:
+kernels_loop leads every stored run where it runs (7-8x graph_loop at B = 1, 1.5-2.5x at B = 8), but it needs
+sm_90 and nvcc, and without it compiled beats graph_loop on 16 DDIM steps (kernels/policy/NOTES.md). The
+default candidates leave out `compiled` (its torch.compile costs minutes at load on the larger configs): name it in
+`candidates` to race it.
 pick="order" takes the first of PREFERENCE that prepares, untimed. With `verify`, the family's parity engine
 checks the winner on the user's weights (random conditioning, the derived tolerance against the float64 oracle,
 the anti-cheat checks), and the next fastest where it fails: a policy that would act on wrong numbers does not load.

@@ -38,8 +38,8 @@ class Probe:
     def device(self) -> torch.device:
         return self.x.device
 
-    def encode(self) -> torch.Tensor | None:
-        return condition(self.chunk, *self.inputs[:3])
+    def encode(self, compiled: bool = False) -> torch.Tensor | None:
+        return condition(self.chunk, *self.inputs[:3], compiled)
 
 
 def probe(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,

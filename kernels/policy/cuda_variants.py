@@ -5,10 +5,11 @@ forward + denoise's one-launch step kernel, in place), replayed S times; the ste
 and the graph advances it, so the host only replays. A prologue graph computes the conditioning (and runs the
 encoder) and resets the trajectory and the index.
 
-kernels_loop runs the whole chunk in one CUDA graph: the FiLM's observation part once per chunk (unet1d's
-step form: W_g mish(g) + b), then per step the timestep copied into the forward's (B,) buffer, the unet1d
-family's layer kernels (~30 launches with programmatic dependent launch, weights packed once), and the
-denoise kernel writing the next trajectory in place. No host work per step, no FiLM or step-encoder weights
+kernels_loop runs the whole chunk in one CUDA graph: the encoder (with the encoder stage on) under torch.compile
+(each normalisation fused with its ReLU and residual add), the FiLM's observation part once per chunk (unet1d's step
+form: W_g mish(g) + b), then per step the timestep copied into the forward's (B,) buffer, the unet1d family's layer
+kernels (~30 launches with programmatic dependent launch, weights packed once), and the denoise kernel writing the
+next trajectory in place. No host work per step, no FiLM or step-encoder weights
 streamed per step. With a bf16 net (a bfloat16 case) the layer kernels read bf16 weights and keep fp32
 activations (unet1d's bf16 form), the FiLM's observation part is made from the FiLM weights widened to float32
 once, and the trajectory stays float32: the weights are the chunk's only bf16 numbers.
@@ -120,7 +121,7 @@ def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
           "obs": observe32(chunk, None, B).contiguous()}
 
     def body() -> torch.Tensor:
-        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"))
+        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"), True)
         return step_form_loop(chunk, cond, noise, io, lambda: program.launch(io, ranges=False), step_cuda)
     graph, out = capture(body, dev)
     return {"graph": graph, "static": static, "out": out, "io": io, "program": program,
@@ -128,7 +129,7 @@ def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
 
 
 def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
-    """encoder: the conditioning and FiLM's observation part; unet: the timestep copy and the layer kernels.
+    """encoder: the (compiled) encoder and FiLM's observation part; unet: the timestep copy and the layer kernels.
     They run on the buffers of the chunk's graph, which rewrites all of them at the start of every call."""
     p = probe(*inputs)
     st = graph_state("kernels_loop", inputs, _capture_kernels)
@@ -139,7 +140,7 @@ def _kernels_stages(*inputs: Any) -> list[dpk.Stage]:
         io["t"].copy_(t_k.expand(B))
         return program.launch(io, ranges=False)
     return stages(p, unet, kernel_step(p), graphed=True,
-                  encoder=lambda: io["obs"].copy_(observe32(p.chunk, p.encode(), B)))
+                  encoder=lambda: io["obs"].copy_(observe32(p.chunk, p.encode(compiled=True), B)))
 
 
 @dpk.variant("policy", "kernels_loop", needs=KERNEL_NEEDS, compute="float32", dtypes=DTYPES, graph=False,
