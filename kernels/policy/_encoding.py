@@ -13,7 +13,6 @@ keypoints) for LeRobot's, n_obs_steps x (64 + 2) for robomimic's (132 on Push-T 
 from __future__ import annotations
 
 import contextlib
-import copy
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -48,13 +47,11 @@ class Encoder:
         return self.module(image, agent_pos)
 
     def compiled(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-        """A channels-last copy of the module under torch.compile (Inductor, static shapes, one graph): each
-        normalisation with its ReLU (and residual add) one generated kernel instead of ~4, the convs still cuDNN's,
-        in the same TF32, on NHWC activations (cuDNN's tensor-core layout: no transposes around each conv). Its
-        first call per input shape compiles (tens of seconds), so callers make it before any graph capture."""
+        """The module under torch.compile (Inductor, static shapes, one graph): each normalisation with its ReLU
+        (and residual add) one generated kernel instead of ~4, the convs still cuDNN's, in the same TF32. Its first
+        call per input shape compiles (tens of seconds), so callers make it before any graph capture."""
         if self._compiled is None:
-            module = copy.deepcopy(self.module).to(memory_format=torch.channels_last)
-            self._compiled = torch.compile(module, fullgraph=True, dynamic=False)
+            self._compiled = torch.compile(self.module, fullgraph=True, dynamic=False)
         return self._compiled
 
     def reference(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
