@@ -287,6 +287,15 @@ def test_kernels_loop_encoder_is_compiled_once(cfg):
     torch.testing.assert_close(got, want, rtol=0, atol=atol)
 
 
+def test_compiled_encoder_without_triton_is_the_module(monkeypatch):
+    """A CUDA device whose torch has no Triton (Inductor's GPU backend): kernels_loop runs the module itself."""
+    enc = ENC.Encoder(E.ObsEncoder(E.EncoderConfig(image_shape=(3, 20, 20), crop_shape=(16, 16))), torch.device("cpu"),
+                      "random(0)")
+    enc.device = torch.device("cuda")  # the check reads only the device type
+    monkeypatch.setattr(ENC.importlib.util, "find_spec", lambda name: None)
+    assert enc.compiled() is enc.module
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 @pytest.mark.parametrize("cfg", [PUSHT, E.EncoderConfig.lerobot(), E.EncoderConfig.robomimic()],

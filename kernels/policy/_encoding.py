@@ -13,6 +13,7 @@ keypoints) for LeRobot's, n_obs_steps x (64 + 2) for robomimic's (132 on Push-T 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,11 @@ class Encoder:
     def compiled(self) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
         """The module under torch.compile (Inductor, static shapes, one graph): each normalisation with its ReLU
         (and residual add) one generated kernel instead of ~4, the convs still cuDNN's, in the same TF32. Its first
-        call per input shape compiles (tens of seconds), so callers make it before any graph capture."""
+        call per input shape compiles (seconds), so callers make it before any graph capture. Where Inductor has no
+        backend for the device (a CUDA device without Triton), the module itself."""
         if self._compiled is None:
-            self._compiled = torch.compile(self.module, fullgraph=True, dynamic=False)
+            no_triton = self.device.type == "cuda" and importlib.util.find_spec("triton") is None
+            self._compiled = self.module if no_triton else torch.compile(self.module, fullgraph=True, dynamic=False)
         return self._compiled
 
     def reference(self, image: torch.Tensor, agent_pos: torch.Tensor) -> torch.Tensor:
