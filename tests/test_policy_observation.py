@@ -271,14 +271,16 @@ def test_forward_is_one_graph(cfg):
 
 @pytest.mark.parametrize("cfg", [E.EncoderConfig(image_shape=(3, 20, 20), crop_shape=(16, 16), n_obs_steps=1),
                                  E.EncoderConfig.robomimic(image_shape=(3, 44, 44), crop_shape=(40, 40), keypoints=4,
-                                                           n_obs_steps=1)],
-                         ids=["diffusion_policy", "robomimic"])
+                                                           n_obs_steps=1),
+                                 E.EncoderConfig.lerobot(image_shape=(3, 44, 44), crop_shape=(40, 40), norm="batch",
+                                                         keypoints=4, n_obs_steps=1, n_cameras=2, separate=True)],
+                         ids=["diffusion_policy", "robomimic", "lerobot_bn_2cam"])
 def test_kernels_loop_encoder_is_compiled_once(cfg):
     """kernels_loop's encoder (condition(..., compiled=True)): the module under Inductor (its CPU backend here), made
     once per encoder, the module's features within the family's float32 encoder bound."""
     torch._dynamo.reset()
     enc = ENC.Encoder(E.ObsEncoder(cfg), torch.device("cpu"), "random(0)")
-    image, agent_pos = inputs(cfg, b=2)
+    image, agent_pos = enc.random_observation(2, torch.Generator().manual_seed(0))
     chunk = SimpleNamespace(encoder=enc)
     with torch.no_grad():
         want, got = enc(image, agent_pos), CH.condition(chunk, None, image, agent_pos, compiled=True)
