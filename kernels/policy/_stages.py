@@ -39,7 +39,7 @@ class Probe:
         return self.x.device
 
     def encode(self, compiled: bool = False) -> torch.Tensor | None:
-        return condition(self.chunk, *self.inputs[:3], compiled)
+        return condition(self.chunk, *self.inputs[:3], compiled=compiled)
 
 
 def probe(global_cond: torch.Tensor | None, image: torch.Tensor | None, agent_pos: torch.Tensor | None,

@@ -9,10 +9,10 @@ kernels_loop runs the whole chunk in one CUDA graph: the encoder (with the encod
 (each normalisation fused with its ReLU and residual add), the FiLM's observation part once per chunk (unet1d's step
 form: W_g mish(g) + b), then per step the timestep copied into the forward's (B,) buffer, the unet1d family's layer
 kernels (~30 launches with programmatic dependent launch, weights packed once), and the denoise kernel writing the
-next trajectory in place. No host work per step, no FiLM or step-encoder weights
-streamed per step. With a bf16 net (a bfloat16 case) the layer kernels read bf16 weights and keep fp32
-activations (unet1d's bf16 form), the FiLM's observation part is made from the FiLM weights widened to float32
-once, and the trajectory stays float32: the weights are the chunk's only bf16 numbers.
+next trajectory in place. No host work per step, no FiLM or step-encoder weights streamed per step. With a bf16
+net (a bfloat16 case) the layer kernels read bf16 weights and keep fp32 activations (unet1d's bf16 form), the FiLM's
+observation part is made from the FiLM weights widened to float32 once, and the trajectory stays float32: the
+weights are the chunk's only bf16 numbers.
 """
 from __future__ import annotations
 
@@ -121,7 +121,8 @@ def _capture_kernels(chunk: Chunk, *inputs: torch.Tensor | None) -> dict:
           "obs": observe32(chunk, None, B).contiguous()}
 
     def body() -> torch.Tensor:
-        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"), True)
+        cond = condition(chunk, static.get("global_cond"), static.get("image"), static.get("agent_pos"),
+                         compiled=True)
         return step_form_loop(chunk, cond, noise, io, lambda: program.launch(io, ranges=False), step_cuda)
     graph, out = capture(body, dev)
     return {"graph": graph, "static": static, "out": out, "io": io, "program": program,
