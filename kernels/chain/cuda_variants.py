@@ -1,0 +1,106 @@
+"""chain CUDA variants: stream, pdl, grid_barrier (chain.cu's three orders of the same op body).
+
+Each replays one CUDA graph of the whole chain, captured once per (input address, n, ops, ctas) as unet1d's
+kernels_graph is: stream and pdl hold `ops` kernel nodes (pdl's with programmatic dependent launch edges),
+grid_barrier one cooperative kernel node. Each returns an output buffer it owns (overwritten by the next call
+with the same input). grid_barrier needs all its CTAs resident at once: more than the device holds is
+unavailable.
+"""
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import torch
+
+import dpk
+import dpk.build
+from dpk.timing_aids import graph_of
+
+from ._checks import ChainSpec, check_chain_inputs
+
+HERE = Path(__file__).resolve().parent
+SOURCES = (HERE / "chain.cu",)
+MODES = {"stream": 0, "pdl": 1, "grid_barrier": 2}  # chain.cu dpk_chain_launch's mode
+MAX_FLOATS = 12288  # chain.cu kMaxFloats
+NEEDS = ("cuda", "nvcc", "sm90")
+CACHE = 8  # graphs kept (input address sets x shapes x modes)
+
+P, I32 = ctypes.c_void_p, ctypes.c_int
+_lib: ctypes.CDLL | None = None
+_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
+
+
+def library() -> ctypes.CDLL:
+    global _lib
+    if _lib is None:
+        lib = dpk.build.nvcc_library("dpk_chain", SOURCES)
+        lib.dpk_chain_launch.argtypes = [P, P, P, P, I32, I32, I32, I32, P, P]
+        lib.dpk_chain_max_coresident.argtypes = [I32, ctypes.POINTER(I32)]
+        lib.dpk_chain_error_string.restype = ctypes.c_char_p
+        _lib = lib
+    return _lib
+
+
+def _fail(lib: ctypes.CDLL, code: int, what: str) -> None:
+    if code != 0:
+        raise RuntimeError(f"chain: {what} failed: {lib.dpk_chain_error_string(code).decode()}")
+
+
+def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str) -> tuple[callable, dict[str, torch.Tensor]]:
+    lib, n = library(), x.numel()
+    if n % 4 or n > MAX_FLOATS:
+        raise dpk.Unavailable(f"chain.cu takes n a multiple of 4 up to {MAX_FLOATS} (float4 loads, 48 KB of "
+                              f"shared memory), got {n}")
+    if mode == "grid_barrier":
+        most = I32()
+        _fail(lib, lib.dpk_chain_max_coresident(n, ctypes.byref(most)), "occupancy query")
+        if spec.ctas > most.value:
+            raise dpk.Unavailable(f"grid_barrier needs all {spec.ctas} CTAs resident; the device holds {most.value}")
+    bufs = {name: torch.empty(n, device=x.device) for name in ("ws0", "ws1", "out")}
+    bufs["bar"] = torch.zeros(2, dtype=torch.int32, device=x.device)
+
+    def launch() -> torch.Tensor:
+        stream = torch.cuda.current_stream(x.device).cuda_stream
+        code = lib.dpk_chain_launch(x.data_ptr(), bufs["ws0"].data_ptr(), bufs["ws1"].data_ptr(),
+                                    bufs["out"].data_ptr(), n, spec.ops, spec.ctas, MODES[mode],
+                                    bufs["bar"].data_ptr(), stream)
+        _fail(lib, code, f"{mode} launch")
+        return bufs["out"]
+    return launch, bufs
+
+
+def replay(x: torch.Tensor, spec: ChainSpec, mode: str) -> torch.Tensor:
+    """The chain as one CUDA graph, captured on first use of this input address and shape."""
+    check_chain_inputs(x, spec, variant=mode, device_type="cuda")
+    key = (x.device, x.data_ptr(), x.numel(), spec, mode)
+    if key not in _graphs:
+        launch, bufs = _launcher(x, spec, mode)
+        try:
+            graph, _ = graph_of(launch, x.device, warmup=1)
+        except RuntimeError as e:
+            raise dpk.Unavailable(f"chain.{mode}: capture failed: {e}") from e
+        while len(_graphs) >= CACHE:
+            _graphs.pop(next(iter(_graphs)))
+        _graphs[key] = (graph, bufs)
+    graph, bufs = _graphs[key]
+    graph.replay()
+    return bufs["out"]
+
+
+@dpk.variant("chain", "stream", needs=NEEDS, graph=False)
+def stream(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
+    """`ops` plain launches in one graph: each op starts when its predecessor has finished."""
+    return replay(x, spec, "stream")
+
+
+@dpk.variant("chain", "pdl", needs=NEEDS, graph=False)
+def pdl(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
+    """`ops` launches with programmatic dependent launch in one graph (unet1d's ordering of its layers)."""
+    return replay(x, spec, "pdl")
+
+
+@dpk.variant("chain", "grid_barrier", needs=NEEDS, graph=False)
+def grid_barrier(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
+    """One persistent cooperative kernel, the ops separated by grid-wide barriers (a megakernel's ordering)."""
+    return replay(x, spec, "grid_barrier")
