@@ -1,5 +1,5 @@
 """chain family: the reference and its tolerance, bad input, broken chains that parity must catch, and (GPU) the
-three CUDA orders against the reference, the grid barrier's state carried across launches."""
+four CUDA orders against the reference, the grid barrier's state carried across launches."""
 from __future__ import annotations
 
 import importlib
@@ -17,7 +17,7 @@ CHECKS = importlib.import_module("dpk.families.chain._checks")
 REF = importlib.import_module("dpk.families.chain.reference")
 CPU = torch.device("cpu")
 SMOKE = load_suite_file(ROOT / "suites" / "chain.yaml").suites["smoke"]
-CUDA_VARIANTS = ("stream", "pdl", "grid_barrier")
+CUDA_VARIANTS = ("stream", "pdl", "grid_barrier", "grid_counter")
 
 
 @pytest.mark.parametrize("case", SMOKE, ids=[c.id for c in SMOKE])
@@ -118,10 +118,11 @@ def test_cuda_orders_match_the_reference(variant, n, ctas, ops):
 
 
 @gpu_test
-def test_grid_barrier_state_carries_across_launches():
+@pytest.mark.parametrize("variant", ["grid_barrier", "grid_counter"])
+def test_grid_barrier_state_carries_across_launches(variant):
     """The barrier's words end every launch as they began: many replays (and a fresh input) stay exact."""
     x, spec = REF.make_inputs(make_case("chain", "g", n=4096, ctas=132, ops=30), torch.device("cuda"))
-    fn, ref = REG.variant("chain", "grid_barrier").fn, REF.reference(x.cpu(), spec)
+    fn, ref = REG.variant("chain", variant).fn, REF.reference(x.cpu(), spec)
     for _ in range(50):
         out = fn(x, spec)
     tol = REF.tolerance(make_case("chain", "g", n=4096, ctas=132, ops=30), "float32").atol

@@ -9,12 +9,14 @@
 // (warp shuffles, then warp 0 over the 16 warp sums: two barriers, a unet1d op's GroupNorm statistics) and
 // stores its slice of y (ceil(n / ctas) consecutive elements: a unet1d op's store). No weights, no products:
 // what a layer of the real model costs beyond its stages.
-// Three orders of the ops (dpk_chain_launch's mode):
+// Four orders of the ops (dpk_chain_launch's mode):
 //   0 stream: `ops` plain launches, each starts when its predecessor has finished;
 //   1 pdl: the same launches with programmatic dependent launch (each CTA waits on griddepcontrol, then lets
 //     its successor launch: the ordering of unet1d's layer kernels);
 //   2 grid_barrier: one persistent cooperative launch, the ops separated by a grid-wide barrier (an arrival
-//     counter and a generation word in global memory: what a persistent megakernel pays per dependency).
+//     counter and a generation word in global memory: what a persistent megakernel pays per dependency);
+//   3 grid_counter: the same kernel with a leaner barrier: one red.release add per CTA to a counter that only
+//     grows within the launch, polled until it reaches k x CTAs (no generation word, no reset per barrier).
 // Ping-pong buffers: op k writes ws[k % 2] (the last op `out`) and reads what op k - 1 wrote; the op that
 // overwrites a buffer starts only after every read of it (grid completion or the barrier).
 // No torch headers: `nvcc -c` checks this file without a GPU.
@@ -114,13 +116,35 @@ __device__ void grid_barrier(unsigned* bar) {
     __syncthreads();
 }
 
+// Before op k every CTA adds 1 to bar[0] and waits for k x CTAs arrivals. bar[0] only grows within a launch;
+// the last CTA to leave (bar[2] counts departures, each after its last wait) sets both back to 0 for the next.
+__device__ void counter_barrier(unsigned* bar, unsigned target) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
+        while (load_acquire(bar) < target) {
+        }
+    }
+    __syncthreads();
+}
+
+template <bool kCounter>
 __global__ void __launch_bounds__(kThreads) chain_persistent_kernel(Buffers b, int n, int ops, unsigned* bar) {
     extern __shared__ float4 smem4[];
     __shared__ float red[kWarps + 1];
     for (int k = 0; k < ops; ++k) {
-        if (k > 0) grid_barrier(bar);
+        if (k > 0) {
+            if (kCounter)
+                counter_barrier(bar, static_cast<unsigned>(k) * gridDim.x);
+            else
+                grid_barrier(bar);
+        }
         exchange(source_of(b, k), target_of(b, k, ops), n, blockIdx.x, gridDim.x, reinterpret_cast<float*>(smem4),
                  red);
+    }
+    if (kCounter && threadIdx.x == 0 && atomicAdd(bar + 2, 1u) == gridDim.x - 1) {
+        bar[0] = 0;
+        bar[2] = 0;
     }
 }
 
@@ -132,17 +156,17 @@ extern "C" int dpk_chain_max_coresident(int n, int* ctas) {
     cudaError_t e = cudaGetDevice(&device);
     if (e == cudaSuccess) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
     if (e == cudaSuccess)
-        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_persistent_kernel, kThreads,
+        e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, chain_persistent_kernel<false>, kThreads,
                                                           static_cast<size_t>(n) * 4);
     *ctas = sms * per_sm;
     return static_cast<int>(e);
 }
 
-// mode 0 stream, 1 pdl, 2 grid_barrier (header). n a positive multiple of 4 up to kMaxFloats; bar: two
-// zeroed words owned by the caller (mode 2).
+// mode 0 stream, 1 pdl, 2 grid_barrier, 3 grid_counter (header). n a positive multiple of 4 up to kMaxFloats;
+// bar: three zeroed words owned by the caller (modes 2 and 3), each left as found by a completed launch.
 extern "C" int dpk_chain_launch(const float* in, float* ws0, float* ws1, float* out, int n, int ops, int ctas,
                                 int mode, unsigned* bar, void* stream) {
-    if (n <= 0 || n % 4 != 0 || n > kMaxFloats || ops <= 0 || ctas <= 0 || mode < 0 || mode > 2)
+    if (n <= 0 || n % 4 != 0 || n > kMaxFloats || ops <= 0 || ctas <= 0 || mode < 0 || mode > 3)
         return static_cast<int>(cudaErrorInvalidValue);
     const Buffers b{in, ws0, ws1, out};
     cudaLaunchConfig_t cfg = {};
@@ -151,12 +175,13 @@ extern "C" int dpk_chain_launch(const float* in, float* ws0, float* ws1, float* 
     cfg.dynamicSmemBytes = static_cast<size_t>(n) * 4;
     cfg.stream = static_cast<cudaStream_t>(stream);
     cudaLaunchAttribute attr[1];
-    if (mode == 2) {
+    if (mode >= 2) {
         attr[0].id = cudaLaunchAttributeCooperative;
         attr[0].val.cooperative = 1;
         cfg.attrs = attr;
         cfg.numAttrs = 1;
-        return static_cast<int>(cudaLaunchKernelEx(&cfg, chain_persistent_kernel, b, n, ops, bar));
+        return static_cast<int>(mode == 2 ? cudaLaunchKernelEx(&cfg, chain_persistent_kernel<false>, b, n, ops, bar)
+                                          : cudaLaunchKernelEx(&cfg, chain_persistent_kernel<true>, b, n, ops, bar));
     }
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;

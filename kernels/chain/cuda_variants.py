@@ -1,10 +1,10 @@
-"""chain CUDA variants: stream, pdl, grid_barrier (chain.cu's three orders of the same op body).
+"""chain CUDA variants: stream, pdl, grid_barrier, grid_counter (chain.cu's four orders of the same op body).
 
 Each replays one CUDA graph of the whole chain, captured once per (input address, n, ops, ctas) as unet1d's
 kernels_graph is: stream and pdl hold `ops` kernel nodes (pdl's with programmatic dependent launch edges),
-grid_barrier one cooperative kernel node. Each returns an output buffer it owns (overwritten by the next call
-with the same input). grid_barrier needs all its CTAs resident at once: more than the device holds is
-unavailable.
+grid_barrier and grid_counter one cooperative kernel node. Each returns an output buffer it owns (overwritten by
+the next call with the same input). The persistent two need all their CTAs resident at once: more than the
+device holds is unavailable.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from ._checks import ChainSpec, check_chain_inputs
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "chain.cu",)
-MODES = {"stream": 0, "pdl": 1, "grid_barrier": 2}  # chain.cu dpk_chain_launch's mode
+MODES = {"stream": 0, "pdl": 1, "grid_barrier": 2, "grid_counter": 3}  # chain.cu dpk_chain_launch's mode
 MAX_FLOATS = 12288  # chain.cu kMaxFloats
 NEEDS = ("cuda", "nvcc", "sm90")
 CACHE = 8  # graphs kept (input address sets x shapes x modes)
@@ -52,13 +52,13 @@ def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str) -> tuple[callable, di
     if n % 4 or n > MAX_FLOATS:
         raise dpk.Unavailable(f"chain.cu takes n a multiple of 4 up to {MAX_FLOATS} (float4 loads, 48 KB of "
                               f"shared memory), got {n}")
-    if mode == "grid_barrier":
+    if mode.startswith("grid_"):
         most = I32()
         _fail(lib, lib.dpk_chain_max_coresident(n, ctypes.byref(most)), "occupancy query")
         if spec.ctas > most.value:
-            raise dpk.Unavailable(f"grid_barrier needs all {spec.ctas} CTAs resident; the device holds {most.value}")
+            raise dpk.Unavailable(f"{mode} needs all {spec.ctas} CTAs resident; the device holds {most.value}")
     bufs = {name: torch.empty(n, device=x.device) for name in ("ws0", "ws1", "out")}
-    bufs["bar"] = torch.zeros(2, dtype=torch.int32, device=x.device)
+    bufs["bar"] = torch.zeros(3, dtype=torch.int32, device=x.device)
 
     def launch() -> torch.Tensor:
         stream = torch.cuda.current_stream(x.device).cuda_stream
@@ -104,3 +104,9 @@ def pdl(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
 def grid_barrier(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
     """One persistent cooperative kernel, the ops separated by grid-wide barriers (a megakernel's ordering)."""
     return replay(x, spec, "grid_barrier")
+
+
+@dpk.variant("chain", "grid_counter", needs=NEEDS, graph=False)
+def grid_counter(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
+    """grid_barrier with a leaner barrier: one release add per CTA to a growing counter, polled."""
+    return replay(x, spec, "grid_counter")

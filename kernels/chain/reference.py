@@ -3,9 +3,10 @@
 y = chain(x, spec): op k maps x (n,) to y[i] = 0.5 x[(5 i + 1) mod n] + 0.5 mean(x); the next op reads y.
 Every output depends on every input, as every output of a unet1d op depends on every channel its predecessor
 wrote; there are no weights and no products. Its CUDA variants (chain.cu) do per op only what a unet1d op does
-besides its stages (copy the predecessor's output from L2, a block-wide sum, store a slice), ordered three ways:
-plain launches, programmatic dependent launch, one persistent kernel with grid barriers. A row's median over
-`ops` is the fixed cost of one dependent op: the lower bound, under that ordering, of a forward of that many ops.
+besides its stages (copy the predecessor's output from L2, a block-wide sum, store a slice), ordered four ways:
+plain launches, programmatic dependent launch, one persistent kernel with either of two grid barriers. Rows at 1
+and N ops give the fixed cost of one dependent op, (t_N - t_1) / (N - 1): under that ordering, no forward of N
+dependent ops takes less than N times it.
 
 Case parameters: n (floats exchanged: blog's activations at B = 1 are 4096 at every level, Push-T image's
 8192), ops, ctas (CTAs per op: unet1d's B = 1 ops run 128). Inputs: x ~ U(-1, 1) seeded, and the ChainSpec.
