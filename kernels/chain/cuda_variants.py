@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -48,7 +49,8 @@ def _fail(lib: ctypes.CDLL, code: int, what: str) -> None:
         raise RuntimeError(f"chain: {what} failed: {lib.dpk_chain_error_string(code).decode()}")
 
 
-def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str) -> tuple[callable, dict[str, torch.Tensor]]:
+def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str
+              ) -> tuple[Callable[[], torch.Tensor], dict[str, torch.Tensor]]:
     lib, n = library(), x.numel()
     if n % 4 or n > MAX_FLOATS:
         raise dpk.Unavailable(f"chain.cu takes n a multiple of 4 up to {MAX_FLOATS} (float4 loads, 48 KB of "
