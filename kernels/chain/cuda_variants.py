@@ -23,7 +23,12 @@ from ._checks import ChainSpec, check_chain_inputs
 
 HERE = Path(__file__).resolve().parent
 SOURCES = (HERE / "chain.cu",)
-MODES = {"stream": 0, "pdl": 1, "grid_barrier": 2, "grid_counter": 3}  # chain.cu dpk_chain_launch's mode
+ORDERS = {  # variant: (chain.cu dpk_chain_launch's mode, what it is)
+    "stream": (0, "`ops` plain launches in one graph: each op starts when its predecessor has finished."),
+    "pdl": (1, "`ops` launches with programmatic dependent launch in one graph (unet1d's ordering of its layers)."),
+    "grid_barrier": (2, "One persistent cooperative kernel, the ops separated by grid-wide barriers (a megakernel's)."),
+    "grid_counter": (3, "grid_barrier with a leaner barrier: one release add per CTA to a growing counter, polled."),
+}
 MAX_FLOATS = 12288  # chain.cu kMaxFloats
 NEEDS = ("cuda", "nvcc", "sm90")
 CACHE = 8  # graphs kept (input address sets x shapes x modes)
@@ -66,7 +71,7 @@ def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str
     def launch() -> torch.Tensor:
         stream = torch.cuda.current_stream(x.device).cuda_stream
         code = lib.dpk_chain_launch(x.data_ptr(), bufs["ws0"].data_ptr(), bufs["ws1"].data_ptr(),
-                                    bufs["out"].data_ptr(), n, spec.ops, spec.ctas, MODES[mode],
+                                    bufs["out"].data_ptr(), n, spec.ops, spec.ctas, ORDERS[mode][0],
                                     bufs["bar"].data_ptr(), stream)
         _fail(lib, code, f"{mode} launch")
         return bufs["out"]
@@ -93,25 +98,13 @@ def replay(x: torch.Tensor, spec: ChainSpec, mode: str) -> torch.Tensor:
     return bufs["out"]
 
 
-@dpk.variant("chain", "stream", needs=NEEDS, graph=False)
-def stream(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
-    """`ops` plain launches in one graph: each op starts when its predecessor has finished."""
-    return replay(x, spec, "stream")
+def _register(name: str, doc: str) -> None:
+    def order(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
+        return replay(x, spec, name)
+    order.__name__ = order.__qualname__ = name
+    order.__doc__ = doc
+    dpk.variant("chain", name, needs=NEEDS, graph=False)(order)
 
 
-@dpk.variant("chain", "pdl", needs=NEEDS, graph=False)
-def pdl(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
-    """`ops` launches with programmatic dependent launch in one graph (unet1d's ordering of its layers)."""
-    return replay(x, spec, "pdl")
-
-
-@dpk.variant("chain", "grid_barrier", needs=NEEDS, graph=False)
-def grid_barrier(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
-    """One persistent cooperative kernel, the ops separated by grid-wide barriers (a megakernel's ordering)."""
-    return replay(x, spec, "grid_barrier")
-
-
-@dpk.variant("chain", "grid_counter", needs=NEEDS, graph=False)
-def grid_counter(x: torch.Tensor, spec: ChainSpec) -> torch.Tensor:
-    """grid_barrier with a leaner barrier: one release add per CTA to a growing counter, polled."""
-    return replay(x, spec, "grid_counter")
+for _name, (_, _doc) in ORDERS.items():
+    _register(_name, _doc)
