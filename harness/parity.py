@@ -9,7 +9,8 @@ NaN/Inf-mismatch counts and the first mismatching indices, and runs the guards o
          library's worker pool, as torch.compile does)
   run 2  fresh allocations hold NaN instead of run 1's 0x7F bytes (guards.poisoned_allocator): elements
          that differ between the runs were never written
-  run 3  (GPU) queued behind a spin on the current stream: does the output appear early (side stream)?
+  run 3  (GPU) queued behind a spin on the current stream, on inputs of another seed (an output buffer the variant
+         owns still holds run 2's answer): does the output appear early (side stream)?
   run 4  (GPU, graph-capturable variants) an eager call on fresh inputs (another seed) must pass too;
          then capture once, copy the fresh inputs into the captured buffers and replay: the replay must
          match that eager call, or the variant captured state (pointers, host scalars; gpu-mode "recheck")
@@ -226,8 +227,8 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
         if not late and differ.mismatches:
             res.problems.append(f"output depends on uninitialised memory: {differ.mismatches} element(s) change "
                                 "with the contents of fresh allocations")
-        if device.type == "cuda":
-            _, call3 = _call(fam, v, case, device)  # run 3
+        if device.type == "cuda":  # run 3, on other values: a buffer the variant owns holds run 2's answer
+            _, call3 = _call(fam, v, dataclasses.replace(case, seed=case.seed ^ 0x51DE), device)
             with guards.poisoned_allocator(device, sizes):
                 side = guards.side_stream(call3, device, [(tuple(r.shape), want) for r in refs])
             if side:

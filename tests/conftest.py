@@ -18,11 +18,6 @@ TOY_SUITES = PLUGINS / "suites"
 DEVICE = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def gpu_test(fn):
-    """GPU-only test: marked `gpu` (`pytest -m gpu` selects them), skipped without CUDA."""
-    return pytest.mark.gpu(pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")(fn))
-
-
 @pytest.fixture(scope="module")
 def one_thread():
     """For modules of tiny models: a second intra-op thread only adds hand-off cost (seconds on a busy 2-core

@@ -12,6 +12,7 @@ import torch
 
 from dpk import ab, build, cli, registry
 
+from ._helpers import gpu_test
 from .conftest import ROOT, TOY_KERNELS, TOY_SUITES, toy_copy
 
 TOY = ["--kernels-dir", str(TOY_KERNELS), "--suites-dir", str(TOY_SUITES)]
@@ -134,7 +135,7 @@ def test_two_loads_of_one_plain_library_keep_their_own_argtypes():
     assert a is not b and a.abs.argtypes == [ctypes.c_int]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 def test_cuda_extension_of_two_versions_in_one_process(tmp_path):
     """Side B's conv1d extension (a copy of the kernels with one changed source) builds and imports beside side
     A's, and both sides' stream variant pass parity."""

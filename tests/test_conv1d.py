@@ -21,7 +21,7 @@ from dpk.build import nvcc_path
 from dpk.cases import load_suite_file, make_case
 from dpk.registry import Registry, load
 
-from ._helpers import CUDA_TESTS, ROOT, nvcc_build, pusht_unet
+from ._helpers import CUDA_TESTS, ROOT, gpu_test, nvcc_build, pusht_unet
 
 CONV = ROOT / "kernels" / "conv1d"
 SUITES = load_suite_file(ROOT / "suites" / "conv1d.yaml").suites
@@ -152,7 +152,7 @@ def test_parity_reports_optimized_cin_4096_as_unavailable(monkeypatch):
     assert "Cin=4096 not supported (supports Cin <= 2048)" in res.reason
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 def test_parity_optimized_cin_4096_on_gpu():
     res = parity.check(REG, "conv1d", "optimized", CIN_4096, torch.device("cuda"))
     assert res.status == "unavailable" and "Cin=4096 not supported" in res.reason, res.summary()
@@ -614,7 +614,7 @@ def test_compiled_host_logic_matches_models(tmp_path):
     assert threads_seen == set(ROWS_THREADS), threads_seen
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
+@gpu_test
 def test_extension_plans_match_models():
     ext = cuda_variants.extension()
     sms = torch.cuda.get_device_properties(0).multi_processor_count
@@ -629,7 +629,7 @@ def test_extension_plans_match_models():
 ROWS_GPU_CASES = [c for n in ("smoke", "pusht", "sweep") for c in SUITES[n] if c["B"] * c["L"] <= 16]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU and the built extension")
+@gpu_test
 @pytest.mark.parametrize("ahead", [0, 1, 3])
 @pytest.mark.parametrize("threads", ROWS_THREADS)
 @pytest.mark.parametrize("chunks", [1, 4, 32])

@@ -253,7 +253,8 @@ def test_diffusers_float32_scalars_vs_exact_math(loop):
     ("ddim", 0.5, 3, 1, True), ("ddim", 0.5, 15, 1, False),  # last DDIM step: drawn, but sigma = 0
     ("ddim", 0.0, 3, 0, False)])
 @pytest.mark.parametrize("generator", ["cpu", "device"])
-@pytest.mark.parametrize("device", [CPU, *([torch.device("cuda")] if GPU else [])], ids=str)
+@pytest.mark.parametrize("device", [CPU, *([pytest.param(torch.device("cuda"), marks=pytest.mark.gpu)] if GPU else [])],
+                         ids=str)
 def test_diffusers_draws_exactly_z(monkeypatch, scheduler, eta, step, draws, matters, generator, device):
     """A CPU generator draws on the CPU and copies, a device generator draws on the device: both must match."""
     import diffusers.schedulers.scheduling_ddim as ddim_mod

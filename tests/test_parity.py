@@ -7,6 +7,7 @@ import torch
 from dpk import guards, parity
 from dpk.tolerance import Tolerance, reduction
 
+from ._helpers import gpu_test
 from .conftest import DEVICE
 
 EXPECT = {  # variant -> a phrase the engine's report must contain
@@ -53,12 +54,20 @@ def test_errors_and_unavailable_are_reported_not_raised(toy_registry, toy_cases)
     assert res.status == "unavailable" and "not installed" in res.reason
 
 
-@pytest.mark.skipif(DEVICE.type != "cuda", reason="side streams and CUDA graphs need a GPU")
+@gpu_test
 @pytest.mark.parametrize("name, phrase", [("side_stream", "side stream"), ("stale_cache", "captured state")])
 def test_gpu_only_cheats_are_flagged(toy_registry, toy_cases, name, phrase):
     case = toy_cases["pusht"][0]
     res = parity.check(toy_registry, "toy", name, case, DEVICE)
     assert res.status == "fail" and phrase in res.summary(), res.summary()
+
+
+@gpu_test
+def test_an_owned_output_buffer_is_not_a_side_stream(toy_registry, toy_cases):
+    """The buffer holds the previous call's answer; the probe's call runs on other values, so it cannot match."""
+    for case in _fp32_cases(toy_cases):
+        res = parity.check(toy_registry, "toy", "owned_buffer", case, DEVICE)
+        assert res.ok, res.summary()
 
 
 def test_bf16_case_uses_bf16_tolerance(toy_registry, toy_cases):

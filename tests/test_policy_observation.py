@@ -24,7 +24,7 @@ import torch
 
 from dpk import registry
 
-from ._helpers import ROOT, randomized, resnet18_oracle
+from ._helpers import ROOT, gpu_test, randomized, resnet18_oracle
 
 registry.load([ROOT / "kernels"], strict=True)
 E = importlib.import_module("dpk.families.policy._encoder")
@@ -299,7 +299,7 @@ def test_compiled_encoder_without_triton_is_the_module(monkeypatch):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 @pytest.mark.parametrize("cfg", [PUSHT, E.EncoderConfig.lerobot(), E.EncoderConfig.robomimic()],
                          ids=["diffusion_policy", "lerobot", "robomimic"])
 def test_cuda_graph_capture_and_compile(cfg):

@@ -15,6 +15,8 @@ from dpk import stats, timing
 from dpk.registry import Unavailable
 from dpk.timing import Timer, TimingConfig
 
+from ._helpers import gpu_test
+
 
 class FakeClock:
     """A clock that only moves when the timed function says so."""
@@ -88,7 +90,7 @@ def test_mann_whitney_against_known_values():
     assert stats.mann_whitney_p([1.0, 2.0], [3.0, 4.0]) == 1.0  # too few samples: never a verdict
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 def test_gpu_modes_time_the_device_and_name_host_bound_calls():
     """cold/hot time the device: a call whose host cost is ~10x its device time (20 tiny launches) is covered
     (uncovered ~0, hot well below the host cost); a call that synchronises is named host-bound (uncovered 1)."""
@@ -116,7 +118,7 @@ def test_gpu_modes_time_the_device_and_name_host_bound_calls():
     assert g.uncovered is not None and g.uncovered < 0.1 and g.host_probe_s is None
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 def test_graph_mode_does_not_time_the_host_submitting_a_replay(monkeypatch):
     """A replay whose submission the host delays by 100 us (a GIL stall, a busy CPU) times as the plain one: the
     spin queues it before the first event fires. Without the spin its pilot and samples both timed the delay (an
@@ -141,7 +143,7 @@ def test_graph_mode_does_not_time_the_host_submitting_a_replay(monkeypatch):
     assert slow.stats.median < 1.5 * plain.stats.median, (slow.stats.median, plain.stats.median)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@gpu_test
 def test_cold_samples_of_a_tiny_kernel_are_tight_and_have_no_period():
     """One sample in flight: a one-element add's cold samples have medians by position modulo 4 within 0.3 us
     and p90 - p10 under 0.8 us. With samples queued ahead, an H100 spread those medians by ~1 us (one position

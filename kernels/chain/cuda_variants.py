@@ -1,6 +1,6 @@
 """chain CUDA variants: stream, pdl, grid_barrier, grid_counter (chain.cu's four orders of the same op body).
 
-Each replays one CUDA graph of the whole chain, captured once per (input tensor, n, ops, ctas), much as unet1d's
+Each replays one CUDA graph of the whole chain, captured once per (input address, n, ops, ctas) as unet1d's
 kernels_graph is: stream and pdl hold `ops` kernel nodes (pdl's with programmatic dependent launch edges),
 grid_barrier and grid_counter one cooperative kernel node. Each returns an output buffer it owns (overwritten by
 the next call with the same input). The persistent two need all their CTAs resident at once: more than the
@@ -9,7 +9,6 @@ device holds is unavailable.
 from __future__ import annotations
 
 import ctypes
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,7 +34,7 @@ CACHE = 8  # graphs kept (input address sets x shapes x modes)
 
 P, I32 = ctypes.c_void_p, ctypes.c_int
 _lib: ctypes.CDLL | None = None
-_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor], weakref.ref]] = {}
+_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
 
 
 def library() -> ctypes.CDLL:
@@ -79,12 +78,10 @@ def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str
 
 
 def replay(x: torch.Tensor, spec: ChainSpec, mode: str) -> torch.Tensor:
-    """The chain as one CUDA graph, captured on first use of this input tensor (a new tensor at a freed one's
-    address gets a graph and an output buffer of its own: the old buffer already holds a result for it)."""
+    """The chain as one CUDA graph, captured on first use of this input address and shape."""
     check_chain_inputs(x, spec, variant=mode, device_type="cuda")
     key = (x.device, x.data_ptr(), x.numel(), spec, mode)
-    if key not in _graphs or _graphs[key][2]() is not x:
-        _graphs.pop(key, None)
+    if key not in _graphs:
         launch, bufs = _launcher(x, spec, mode)
         try:
             graph, _ = graph_of(launch, x.device, warmup=1)
@@ -92,8 +89,8 @@ def replay(x: torch.Tensor, spec: ChainSpec, mode: str) -> torch.Tensor:
             raise dpk.Unavailable(f"chain.{mode}: capture failed: {e}") from e
         while len(_graphs) >= CACHE:
             _graphs.pop(next(iter(_graphs)))
-        _graphs[key] = (graph, bufs, weakref.ref(x))
-    graph, bufs, _ = _graphs[key]
+        _graphs[key] = (graph, bufs)
+    graph, bufs = _graphs[key]
     graph.replay()
     return bufs["out"]
 

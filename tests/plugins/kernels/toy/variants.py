@@ -111,6 +111,21 @@ def side_stream(a, v, c):
     return y
 
 
+_owned: dict[tuple[int, ...], torch.Tensor] = {}
+
+
+@dpk.variant("toy", "owned_buffer", needs=("cuda",))
+def owned_buffer(a, v, c):
+    """Correct: writes into an output buffer it owns, one per shape, overwritten by the next call (as a graph
+    replayed into its static output does), all on the caller's stream. An earlier call on the same values leaves
+    the right answer there before this call runs: the side-stream probe must not take that for side-stream work."""
+    if tuple(a.shape) not in _owned:
+        _owned[tuple(a.shape)] = torch.empty(a.shape[0], device=a.device, dtype=a.dtype)
+    out = _owned[tuple(a.shape)]
+    torch.mv(a, v, out=out)
+    return out.add_(c)
+
+
 @dpk.variant("toy", "raises")
 def raises(a, v, c):
     """Raises a ValueError: reported as an error row, never a crash."""
