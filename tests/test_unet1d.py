@@ -20,6 +20,7 @@ registry.load([ROOT / "kernels"], strict=True)
 M = importlib.import_module("dpk.families.unet1d._unet")
 P = importlib.import_module("dpk.families.unet1d._program")
 PLAN = importlib.import_module("dpk.families.unet1d._plan")
+OPS = importlib.import_module("dpk.families.unet1d._ops")
 PACK = importlib.import_module("dpk.families.unet1d._pack")
 E = importlib.import_module("dpk.families.unet1d._emulate")
 FILM = importlib.import_module("dpk.families.unet1d._film")
@@ -219,8 +220,8 @@ def test_weight_packing_is_the_kernels_layout(simt):
     """pack_weight puts each weight where unet1d_stages.cuh reads it: the SIMT form's thread (pair g, channel c)
     reads its 2 K weights contiguously at ((g cb + c) 2 + row) K + tap of the stage; a tensor-core lane reads (row,
     channel c % 4 and c % 4 + 4) of one tap as one float2. unpack_weight inverts it, padding included."""
-    s = PLAN.Segment(rows=7, cin=13, k=3, out=PLAN.Buf("y"), ob=0, oc=0, ol=0, l_out=4, rc=8, cb=8, nstages=2,
-                     ncta=1, nb=1, simt=simt)
+    s = OPS.Segment(rows=7, cin=13, k=3, out=OPS.Buf("y"), ob=0, oc=0, ol=0, l_out=4, rc=8, cb=8, nstages=2,
+                    ncta=1, nb=1, simt=simt)
     w = torch.arange(7 * 13 * 3, dtype=torch.float64).reshape(7, 13, 3) + 1
     flat = PACK.pack_weight(w, s)
     stage = s.stage_elems

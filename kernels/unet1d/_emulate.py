@@ -11,8 +11,8 @@ import math
 
 import torch
 
+from ._ops import Buf, Op, Segment, Source
 from ._pack import unpack_weight
-from ._plan import Buf, Op, Segment, Source
 from ._program import Program
 
 GN_EPS = 1e-5

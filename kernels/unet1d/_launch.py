@@ -22,7 +22,8 @@ from dpk.nvtx import Ranges
 from dpk.timing_aids import graph_of
 
 from ._net import Call
-from ._plan import SMEM_MAX, Buf, Op, Segment, Source
+from ._ops import Buf, Op, Segment, Source
+from ._plan import SMEM_MAX
 from ._program import Program, build_program
 
 HERE = Path(__file__).resolve().parent

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from ._plan import SIMT_RPT, Segment
+from ._ops import Segment
+from ._plan import SIMT_RPT
 
 
 def pack_weight(w: torch.Tensor, s: Segment) -> torch.Tensor:

@@ -23,8 +23,9 @@ from torch import nn
 from dpk.tolerance import torch_dtype
 
 from ._net import DTYPES
+from ._ops import Buf, Op, Segment, Source, Store
 from ._pack import pack_bias, pack_weight
-from ._plan import SMS, Buf, Op, Segment, Source, Store, link_stats, plan_op
+from ._plan import SMS, link_stats, plan_op
 from ._unet import ConditionalUnet1D
 
 FORMS = ("plain", "step")

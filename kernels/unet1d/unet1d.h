@@ -37,7 +37,7 @@ typedef struct {
 } UnetSource;
 
 typedef struct {
-    const float* w;         // packed per CTA and stage in mma fragment order (_plan.pack_weight), zero-padded
+    const float* w;         // packed per CTA and stage in mma fragment order (_pack.pack_weight), zero-padded
     const float* bias;      // [ncta * rc]
     float* out;             // out[b * ob + co * oc + (j * ostep + ophase) * ol], co < rows, j < l_out
     int64_t ob, oc, ol;
