@@ -9,7 +9,7 @@
 //   out_s[co, j] = bias[co] + sum_{ci, k} W_s[co, ci, k] X[ci, j * stride + k - pad]   for each segment s
 //               (a Conv1d, a strided Conv1d, one output phase of the ConvTranspose1d, or a Linear with l = batch)
 // and optionally X itself is stored (`mat`): a block input needed later as an identity residual or a skip.
-// Field meanings are the kernel's contract; _program.py mirrors this layout with ctypes (a test checks offsets).
+// Field meanings are the kernel's contract; _launch.py mirrors this layout with ctypes (a test checks offsets).
 #pragma once
 
 #include <stdint.h>
