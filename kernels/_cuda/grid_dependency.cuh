@@ -1,4 +1,5 @@
-// grid_dependency.cuh: programmatic dependent launch (sm_90) and the GPU-wide nanosecond timer.
+// grid_dependency.cuh: programmatic dependent launch (sm_90), GPU-scope acquire / release flags, and the GPU-wide
+// nanosecond timer.
 //
 // A kernel launched with cudaLaunchAttributeProgrammaticStreamSerialization may start while the kernel before it
 // in the stream still runs: `grid_dependency_wait` returns once that grid has finished and its stores are
@@ -21,6 +22,18 @@ __device__ __forceinline__ void launch_dependents() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// A flag another CTA publishes: the acquire load sees everything its writer stored before the release store (or
+// before a fence and an atomic). GPU scope: the CTAs may sit on any SM.
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // %globaltimer: nanoseconds, one clock for every SM (phase traces across CTAs and kernels)

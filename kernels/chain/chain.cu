@@ -23,7 +23,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "grid_dependency.cuh"  // kernels/_cuda/
+#include "grid_dependency.cuh"  // kernels/_cuda/: PDL, acquire / release flags
 
 namespace {
 
@@ -87,28 +87,18 @@ __global__ void __launch_bounds__(kThreads) chain_op_kernel(Buffers b, int n, in
     exchange(source_of(b, k), target_of(b, k, ops), n, blockIdx.x, gridDim.x, reinterpret_cast<float*>(smem4), red);
 }
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-
-__device__ __forceinline__ void store_release(unsigned* p, unsigned v) {
-    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
 // Every CTA of the grid arrives before any leaves; bar[0] counts arrivals, bar[1] is the generation. The
 // counter is back at 0 after each barrier, so the words carry over from one launch to the next.
 __device__ void grid_barrier(unsigned* bar) {
     __syncthreads();
     if (threadIdx.x == 0) {
-        const unsigned gen = load_acquire(bar + 1);
+        const unsigned gen = dpk_async::load_acquire(bar + 1);
         __threadfence();  // this CTA's stores before its arrival
         if (atomicAdd(bar, 1u) == gridDim.x - 1) {
             atomicExch(bar, 0u);
-            store_release(bar + 1, gen + 1);
+            dpk_async::store_release(bar + 1, gen + 1);
         } else {
-            while (load_acquire(bar + 1) == gen) {
+            while (dpk_async::load_acquire(bar + 1) == gen) {
             }
         }
         __threadfence();
@@ -122,7 +112,7 @@ __device__ void counter_barrier(unsigned* bar, unsigned target) {
     __syncthreads();
     if (threadIdx.x == 0) {
         asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(bar) : "memory");
-        while (load_acquire(bar) < target) {
+        while (dpk_async::load_acquire(bar) < target) {
         }
     }
     __syncthreads();

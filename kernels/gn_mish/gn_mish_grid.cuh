@@ -19,6 +19,7 @@
 // evict_first on everything pass 2 does not re-read through L2), 16-bit plans with a stash the kWhole one.
 #pragma once
 
+#include "grid_dependency.cuh"  // kernels/_cuda/: load_acquire
 #include "gn_mish_tier1.cuh"
 
 namespace gn_mish::detail {
@@ -31,19 +32,13 @@ struct GridArgs {
   unsigned* counters;    // [num_groups][2]: arrivals, departures; zero between launches
 };
 
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-
 // One thread per CTA: publish the CTA's partial, then wait until all S CTAs of the group have.
 __device__ __forceinline__ void group_arrive_wait(const GridArgs& a, int group, int rank, const Stats& cta) {
   unsigned* arrived = a.counters + 2 * group;
   a.partials[group * a.ctas + rank] = make_float4(cta.n, cta.mean, cta.m2, 0.f);
   __threadfence();  // the partial before the arrival
   atomicAdd(arrived, 1u);
-  while (load_acquire(arrived) < unsigned(a.ctas)) {
+  while (dpk_async::load_acquire(arrived) < unsigned(a.ctas)) {
   }
 }
 

@@ -26,7 +26,7 @@
 // so every launch finds them zero.
 #pragma once
 
-#include "gn_mish_grid.cuh"  // load_acquire; tier 1's helpers
+#include "gn_mish_grid.cuh"  // tier 1's helpers
 
 namespace gn_mish::detail {
 
