@@ -178,6 +178,11 @@ def check(reg: Registry, family: str, variant: str, case: Case, device: torch.de
     return res
 
 
+def other_seed(case: Case) -> Case:
+    """The same case with inputs of another seed (runs 3 and 4: values no earlier call has seen)."""
+    return dataclasses.replace(case, seed=case.seed ^ 0x5EED)
+
+
 def _call(fam: Family, v: Variant, case: Case, device: torch.device) -> tuple[tuple, Any]:
     """Fresh inputs and a zero-argument call of the variant on them, inside its NVTX ranges."""
     inputs = fam.make_inputs(case, device)
@@ -228,7 +233,7 @@ def _run_checks(fam: Family, v: Variant, case: Case, device: torch.device, refs:
             res.problems.append(f"output depends on uninitialised memory: {differ.mismatches} element(s) change "
                                 "with the contents of fresh allocations")
         if device.type == "cuda":  # run 3, on other values: a buffer the variant owns holds run 2's answer
-            _, call3 = _call(fam, v, dataclasses.replace(case, seed=case.seed ^ 0x51DE), device)
+            _, call3 = _call(fam, v, other_seed(case), device)
             with guards.poisoned_allocator(device, sizes):
                 side = guards.side_stream(call3, device, [(tuple(r.shape), want) for r in refs])
             if side:
@@ -263,7 +268,7 @@ def _graph_recheck(fam: Family, v: Variant, case: Case, device: torch.device, re
         torch.cuda.synchronize(device)
         res.notes.append(f"not graph-capturable: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
         return
-    fresh_case = dataclasses.replace(case, seed=case.seed ^ 0x5EED)
+    fresh_case = other_seed(case)
     fresh = fam.make_inputs(fresh_case, device)
     tol = resolve_tolerance(fam, v, fresh_case)  # a family may derive it from the case's data
     eager = guards.tensors(v.fn(*fresh))
