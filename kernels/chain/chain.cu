@@ -24,6 +24,7 @@
 #include <stdint.h>
 
 #include "grid_dependency.cuh"  // kernels/_cuda/: PDL, acquire / release flags
+#include "warp_reduce.cuh"
 
 namespace {
 
@@ -37,12 +38,6 @@ struct Buffers {
     float* ws1;       // (n,)
     float* out;       // (n,) the last op's output
 };
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o >= 1; o /= 2) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 __device__ __forceinline__ const float* source_of(const Buffers& b, int k) {
     return k == 0 ? b.in : (k % 2 == 1 ? b.ws0 : b.ws1);
@@ -64,12 +59,12 @@ __device__ void exchange(const float* __restrict__ x, float* __restrict__ y, int
         sx4[i] = v;
         s += (v.x + v.y) + (v.z + v.w);
     }
-    s = warp_sum(s);
+    s = dpk_warp::sum(s);
     if (lane == 0) red[warp] = s;
     __syncthreads();
     if (warp == 0) {
         float t = lane < kWarps ? red[lane] : 0.f;
-        t = warp_sum(t);
+        t = dpk_warp::sum(t);
         if (lane == 0) red[kWarps] = t;
     }
     __syncthreads();

@@ -128,7 +128,8 @@ def stream_weight_owners(Cin: int, Cout: int, K: int, elem_bytes: int, p: Stream
 
 
 def reduce_scatter(v: np.ndarray) -> np.ndarray:
-    """ReduceScatter<N, 16> on a warp: v[lane, i] (32 x N) -> the N/32 (or 1) values each lane keeps."""
+    """dpk_warp::reduce_scatter<N> (kernels/_cuda/warp_reduce.cuh) on a warp: v[lane, i] (32 x N) -> the N/32 (or 1)
+    values each lane keeps."""
     v = v.copy()
     n, lane = v.shape[1], np.arange(32)
     for d in (16, 8, 4, 2, 1):

@@ -51,13 +51,13 @@
 #include "async_copy.cuh"
 #include "conv1d.h"
 #include "stream_device.cuh"
+#include "warp_reduce.cuh"  // kernels/_cuda/
 
 namespace {
 
 namespace ca = dpk_async;
 using conv1d_stream_device::Elem;
 using conv1d_stream_device::ilog2;
-using conv1d_stream_device::ReduceScatter;
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
@@ -256,7 +256,7 @@ conv1d_stream_kernel(const T* __restrict__ x, const T* __restrict__ w, const T* 
     }
 
     // 4. warp totals, then this CTA's share: y directly (one split) or partials to the workspace
-    ReduceScatter<NV, 16>::run(acc, lane);
+    dpk_warp::reduce_scatter<NV>(acc, lane);
     if ((lane & ((1 << SHIFT) - 1)) == 0) {
 #pragma unroll
         for (int i = 0; i < KEEP; ++i) {

@@ -1,5 +1,5 @@
-// stream_device.cuh: device helpers of stream.cu: 16-byte vector element access for fp32/bf16/fp16 and the
-// transposing warp reduction (reduce-scatter) that leaves each lane finished sums for some (row, output) pairs.
+// stream_device.cuh: device helpers of stream.cu and stream_rows.cu: 16-byte vector element access for fp32/bf16/fp16
+// (their reduce-scatter is kernels/_cuda/warp_reduce.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,32 +49,5 @@ template <typename T16, bool BF16> struct Elem16 {
 };
 template <> struct Elem<__nv_bfloat16> : Elem16<__nv_bfloat16, true> {};
 template <> struct Elem<__half> : Elem16<__half, false> {};
-
-// ---- transposing warp reduction: N sums per lane in, each lane ends with N/32 (or 1) totals ----
-// Step with lane bit D: the lane keeps half of its values (upper half if the bit is set) and adds the partner's
-// copy of that half, received in exchange for the other half. After the halvings (D = 16, 8, ...) the lane's
-// v[i] is the warp total of index (lane >> (5 - H)) * (N >> H) + i, H = min(5, log2 N); remaining D steps (N < 32)
-// finish with plain butterflies. About N shuffles instead of 5*N.
-template <int N, int D>
-struct ReduceScatter {
-    static __device__ __forceinline__ void run(float* v, int lane) {
-        if constexpr (D > 0) {
-            if constexpr (N > 1) {
-                constexpr int H = N / 2;
-                const bool upper = (lane & D) != 0;
-#pragma unroll
-                for (int i = 0; i < H; ++i) {
-                    const float send = upper ? v[i] : v[i + H];
-                    const float keep = upper ? v[i + H] : v[i];
-                    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, D);
-                }
-                ReduceScatter<H, D / 2>::run(v, lane);
-            } else {
-                v[0] += __shfl_xor_sync(0xffffffffu, v[0], D);
-                ReduceScatter<1, D / 2>::run(v, lane);
-            }
-        }
-    }
-};
 
 }  // namespace conv1d_stream_device

@@ -30,13 +30,13 @@
 #include "async_copy.cuh"
 #include "conv1d.h"
 #include "stream_device.cuh"
+#include "warp_reduce.cuh"  // kernels/_cuda/
 
 namespace {
 
 namespace ca = dpk_async;
 using conv1d_stream_device::Elem;
 using conv1d_stream_device::ilog2;
-using conv1d_stream_device::ReduceScatter;
 
 struct RowsArgs {
     int B, Cin, Cout, L, K;
@@ -141,7 +141,7 @@ conv1d_rows_kernel(const T* __restrict__ x,     // B x Cin x L
     }
 
     // 4. warp totals (reduce-scatter), the warps' totals in order, bias, y
-    ReduceScatter<NV, 16>::run(acc, lane);
+    dpk_warp::reduce_scatter<NV>(acc, lane);
     if ((lane & ((1 << SHIFT) - 1)) == 0) {
 #pragma unroll
         for (int i = 0; i < KEEP; ++i) red[warp][(lane >> SHIFT) * KEEP + i] = acc[i];

@@ -9,6 +9,7 @@
 #include <cuda_fp16.h>
 
 #include "fast_math.cuh"  // kernels/_cuda/
+#include "warp_reduce.cuh"  // kernels/_cuda/
 #include "gn_mish_plan.cuh"
 
 namespace gn_mish::detail {
@@ -136,13 +137,6 @@ struct AffineMish<float> {
       : scale(g * rstd), shift(b), mean(mean_) {}
   __device__ __forceinline__ float operator()(float x) const { return mish(fmaf(x - mean, scale, shift)); }
 };
-
-// Sum over the warp; every lane gets the same bits (a + b == b + a in IEEE arithmetic).
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int m = kWarp / 2; m > 0; m >>= 1) v += __shfl_xor_sync(0xffffffffu, v, m);
-  return v;
-}
 
 // (count, mean, sum of squared deviations) of a set of values.
 struct Stats {

@@ -28,7 +28,7 @@ struct Tier0Args {
 // Sum over the threads of one group (warps_per_group warps, a power of two, from warp local * warps_per_group);
 // every thread of the group gets the same bits. part: shared scratch of >= groups_per_cta * wpg floats.
 __device__ __forceinline__ float group_sum(float v, int local, int warps_per_group, float* part) {
-  v = warp_sum(v);
+  v = dpk_warp::sum(v);
   if (warps_per_group == 1) return v;  // uniform over the CTA
   const float* mine = part + local * warps_per_group;
   if ((threadIdx.x & (kWarp - 1)) == 0) part[threadIdx.x / kWarp] = v;

@@ -78,8 +78,8 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                     const float sh = X[c0 * L + (4 * v / n) * n];
                     const float4 x = x4[v];
                     const float d0 = x.x - sh, d1 = x.y - sh, d2 = x.z - sh, d3 = x.w - sh;
-                    const float s1 = warp_sum((d0 + d1) + (d2 + d3));
-                    const float s2 = warp_sum((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3));
+                    const float s1 = dpk_warp::sum((d0 + d1) + (d2 + d3));
+                    const float s2 = dpk_warp::sum((d0 * d0 + d1 * d1) + (d2 * d2 + d3 * d3));
                     if (lane == 0) {
                         red[2 * wc] = s1;
                         red[2 * wc + 1] = s2;
@@ -102,9 +102,9 @@ __device__ void prologue(const UnetOp& op, int b, int cta, int ncta_all, float* 
                     const float* xg = X + (c0 + g * cpg) * L;
                     float a0 = 0.0f, a1 = 0.0f;
                     for (int i = lane; i < n; i += 32) a0 += xg[i];
-                    const float mean = warp_sum(a0) / n;
+                    const float mean = dpk_warp::sum(a0) / n;
                     for (int i = lane; i < n; i += 32) a1 += (xg[i] - mean) * (xg[i] - mean);
-                    const float var = warp_sum(a1) / n;
+                    const float var = dpk_warp::sum(a1) / n;
                     if (lane == 0) stats[si * UNET_MAX_GROUPS + g] = make_float2(mean, rsqrtf(var + 1e-5f));
                 }
             }

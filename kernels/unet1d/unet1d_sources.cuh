@@ -170,9 +170,9 @@ __device__ __forceinline__ void combine_partials(const UnetOp& op, float2 part, 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (pk == 0 || warp >= op.src[0].groups) return;
     const float n = static_cast<float>(op.stat_in_n);
-    const float mean = warp_sum(lane < pk ? part.x : 0.0f) * inv_pos(pk);
+    const float mean = dpk_warp::sum(lane < pk ? part.x : 0.0f) * inv_pos(pk);
     const float d = part.x - mean;
-    const float q = warp_sum(lane < pk ? part.y + n * d * d : 0.0f);
+    const float q = dpk_warp::sum(lane < pk ? part.y + n * d * d : 0.0f);
     if (lane == 0) stats[warp] = make_float2(mean, rsqrtf(q * inv_pos(pk * op.stat_in_n) + 1e-5f));
 }
 

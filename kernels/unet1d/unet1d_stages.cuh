@@ -53,7 +53,7 @@ __device__ void store_segment(const UnetOp& op, const UnetSegment& seg, int c, i
             out[co * oc + j * oj] = v;
         }
         if (partials) {
-            const float m = group_sum(v, n) * inv_n, d = v - m, q = group_sum(d * d, n);
+            const float m = dpk_warp::group_sum(v, n) * inv_n, d = v - m, q = dpk_warp::group_sum(d * d, n);
             const int e = row0 * lo + i;  // this lane's output: its group's first where lane % n = 0
             if ((lane & (n - 1)) == 0 && i < rc * lo && e < rows * lo)
                 reinterpret_cast<float2*>(op.stat_out)[(b * rows * lo + e) >> nsh] = make_float2(m, q);
@@ -247,9 +247,9 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
         float part[RPT * LO];
 #pragma unroll
         for (int e = 0; e < RPT * LO; ++e) part[e] = acc[h * RPT * LO + e];
-        int idx;
-        const float v = warp_sum_scatter<RPT * LO>(part, lane, idx);
-        if ((lane & (32 / (RPT * LO) - 1)) == 0) rw[grp * RPT * LO + idx] = v;
+        int idx = 0;  // RPT * LO <= 32: each lane ends with one total, that of value idx (32 / (RPT * LO) lanes each)
+        dpk_warp::reduce_scatter<RPT * LO>(part, lane, idx);
+        if ((lane & (32 / (RPT * LO) - 1)) == 0) rw[grp * RPT * LO + idx] = part[0];
     }
     __syncthreads();
     store_segment<T>(op, seg, c, b, red);
