@@ -16,6 +16,7 @@ import torch
 
 import dpk
 import dpk.build
+from dpk.lru import LRU
 from dpk.timing_aids import graph_of
 
 from ._checks import ChainSpec, check_chain_inputs
@@ -34,7 +35,7 @@ CACHE = 8  # graphs kept (input address sets x shapes x modes)
 
 P, I32 = ctypes.c_void_p, ctypes.c_int
 _lib: ctypes.CDLL | None = None
-_graphs: dict[tuple, tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = {}
+_graphs: LRU[tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]] = LRU(CACHE)
 
 
 def library() -> ctypes.CDLL:
@@ -77,20 +78,19 @@ def _launcher(x: torch.Tensor, spec: ChainSpec, mode: str
     return launch, bufs
 
 
+def _capture(x: torch.Tensor, spec: ChainSpec, mode: str) -> tuple[torch.cuda.CUDAGraph, dict[str, torch.Tensor]]:
+    launch, bufs = _launcher(x, spec, mode)
+    try:
+        graph, _ = graph_of(launch, x.device, warmup=1)
+    except RuntimeError as e:
+        raise dpk.Unavailable(f"chain.{mode}: capture failed: {e}") from e
+    return graph, bufs
+
+
 def replay(x: torch.Tensor, spec: ChainSpec, mode: str) -> torch.Tensor:
     """The chain as one CUDA graph, captured on first use of this input address and shape."""
     check_chain_inputs(x, spec, variant=mode, device_type="cuda")
-    key = (x.device, x.data_ptr(), x.numel(), spec, mode)
-    if key not in _graphs:
-        launch, bufs = _launcher(x, spec, mode)
-        try:
-            graph, _ = graph_of(launch, x.device, warmup=1)
-        except RuntimeError as e:
-            raise dpk.Unavailable(f"chain.{mode}: capture failed: {e}") from e
-        while len(_graphs) >= CACHE:
-            _graphs.pop(next(iter(_graphs)))
-        _graphs[key] = (graph, bufs)
-    graph, bufs = _graphs[key]
+    graph, bufs = _graphs.get_or_make((x.device, x.data_ptr(), x.numel(), spec, mode), lambda: _capture(x, spec, mode))
     graph.replay()
     return bufs["out"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 import dpk
 import dpk.build
+from dpk.lru import LRU
 from dpk.nvtx import Ranges
 from dpk.timing_aids import graph_of
 
@@ -141,7 +141,7 @@ class Compiled:
         self.program, self.device, self.table = program, device, table
         self.params = program.params.materialize(torch.float32, device)
         self.work = torch.zeros(program.work.size, dtype=torch.float32, device=device)
-        self.entries: OrderedDict[tuple, dict] = OrderedDict()
+        self.entries: LRU[dict] = LRU(CACHE)
         self.ranges = [Ranges(op.name) for op in program.ops]
 
     def resident_bytes(self) -> int:
@@ -149,25 +149,20 @@ class Compiled:
         return (self.params.numel() + self.work.numel()) * 4 + extra
 
     def _entry(self, io: dict[str, torch.Tensor]) -> dict:
-        key = tuple((k, v.data_ptr()) for k, v in sorted(io.items()))
-        e = self.entries.get(key)
-        if e is None:
-            p = self.program
-            out = torch.empty(p.batch, p.horizon, io["sample"].shape[-1], device=self.device)
-            # the kernel reads and writes fp32 activations: bf16 inputs are widened into buffers of this entry
-            # (copies that a graph captures with the launches), the output narrowed into one
-            staged = {k: torch.empty(v.shape, device=self.device) for k, v in io.items()
-                      if v.dtype == torch.bfloat16}
-            out_io = out if io["sample"].dtype == torch.float32 else torch.empty_like(out, dtype=io["sample"].dtype)
-            r = Resolver(p, self.params, self.work, io | staged | {"out": out} | (
-                {"table": self.table} if self.table is not None else {}))
-            ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
-            e = {"out": out, "out_io": out_io, "staged": staged, "ops": ops, "io": dict(io), "graph": None}
-            self.entries[key] = e
-            while len(self.entries) > CACHE:
-                self.entries.popitem(last=False)
-        self.entries.move_to_end(key)
-        return e
+        return self.entries.get_or_make(tuple((k, v.data_ptr()) for k, v in sorted(io.items())),
+                                        lambda: self._bind(io))
+
+    def _bind(self, io: dict[str, torch.Tensor]) -> dict:
+        p = self.program
+        out = torch.empty(p.batch, p.horizon, io["sample"].shape[-1], device=self.device)
+        # the kernel reads and writes fp32 activations: bf16 inputs are widened into buffers of this entry
+        # (copies that a graph captures with the launches), the output narrowed into one
+        staged = {k: torch.empty(v.shape, device=self.device) for k, v in io.items() if v.dtype == torch.bfloat16}
+        out_io = out if io["sample"].dtype == torch.float32 else torch.empty_like(out, dtype=io["sample"].dtype)
+        r = Resolver(p, self.params, self.work, io | staged | {"out": out} | (
+            {"table": self.table} if self.table is not None else {}))
+        ops = (COp * len(p.ops))(*[c_op(op, r) for op in p.ops])
+        return {"out": out, "out_io": out_io, "staged": staged, "ops": ops, "io": dict(io), "graph": None}
 
     def launch(self, io: dict[str, torch.Tensor], ranges: bool = True) -> torch.Tensor:
         """Every op on the current stream (programmatic dependent launch between them); returns the output."""

@@ -9,13 +9,14 @@ variant prepares once and every later call (parity, timing) reuses it.
 from __future__ import annotations
 
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from dpk.lru import LRU
 
 from ._film import step_film, step_table
 from ._unet import ConditionalUnet1D, UNetConfig, build, conv_param_count
@@ -82,7 +83,7 @@ class Call:
         return module(sample, timestep, film=step_film(self.net.table(self.num_t), obs, timestep))
 
 
-_nets: OrderedDict[tuple, Net] = OrderedDict()
+_nets: LRU[Net] = LRU(KEEP)
 
 
 def weights_key(p: Mapping[str, Any]) -> tuple:
@@ -126,12 +127,11 @@ def get_net(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype)
         device = torch.device("cuda", torch.cuda.current_device())
     wkey = weights_key(params)
     cfg = None if wkey[0] == "checkpoint" else UNetConfig.from_params(params)
-    key = (cfg, wkey, str(device), dtype)
-    if key in _nets:
-        _nets.move_to_end(key)
-        return _nets[key]
-    while len(_nets) >= KEEP:
-        _nets.popitem(last=False)
+    return _nets.get_or_make((cfg, wkey, str(device), dtype), lambda: _make_net(params, cfg, wkey, device, dtype))
+
+
+def _make_net(params: Mapping[str, Any], cfg: UNetConfig | None, wkey: tuple, device: torch.device,
+              dtype: torch.dtype) -> Net:
     if wkey[0] == "checkpoint":
         from ._checkpoint import load_checkpoint
 
@@ -146,9 +146,7 @@ def get_net(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype)
     module = module.to(device, dtype).eval()
     module.requires_grad_(False)
     module.nvtx_ranges = True
-    net = Net(cfg, module, label, device, dtype)
-    _nets[key] = net
-    return net
+    return Net(cfg, module, label, device, dtype)
 
 
 RECOMPILE_LIMIT = 64  # compiled graphs per code object (torch's default: 8)
