@@ -27,8 +27,8 @@ BINDINGS = sorted((ROOT / "kernels").glob("*/binding.cpp"))
 SPILL_BUDGET = {
     "unet1d/unet1d.cu": {
         "unet1d_op_kernel<32, 2, 512, 2>": 204, "unet1d_op_kernel<32, 1, 512, 2>": 12,
-        "unet1d_op_kernel<16, 4, 512, 2>": 24, "unet1d_op_kernel<16, 2, 512, 2>": 12,
-        "unet1d_op_kernel<16, 1, 512, 2>": 12,
+        "unet1d_op_kernel<16, 4, 512, 2>": 24, "unet1d_op_kernel<16, 2, 512, 2>": 24,
+        "unet1d_op_kernel<16, 1, 512, 2>": 24,
     },
     "gn_mish/gn_mish.cu": {
         "gn_mish_persistent_kernel<float, 1, 8>": 24, "gn_mish_persistent_kernel<float, 4, 4>": 24,
