@@ -234,7 +234,7 @@ __device__ void run_segment_simt(const UnetOp& op, const UnetSegment& seg, int c
                 }
             }
         }
-        release_slot<true>(op, wstream, st, nstages, slot, parity, policy, traced);
+        release_slot(op, wstream, st, nstages, slot, parity, policy, traced);
     }
     mark(op, 7);
     // the warp's sums over its lanes, as one partial per warp, row and column in red (rows of other pairs zero)

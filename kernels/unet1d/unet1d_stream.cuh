@@ -62,19 +62,17 @@ __device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages
 
 // after stage st's work (traced: mark stage 1's, thread 0's warp): the slot's reads precede the copy engine's next
 // write (proxy fence), every warp is done with it (barrier), thread 0 requests stage st + ring into it; then the
-// next slot and its barrier's parity. LAST_FREE: a slot that is not refilled (the ring's last stages: every stage of
-// an op whose weights fit its ring) needs neither fence nor barrier (the SIMT loops; the tensor-core loops keep them:
-// without, two of their instantiations spill)
-template <bool LAST_FREE = false>
+// next slot and its barrier's parity. A slot that is not refilled (the ring's last stages: every stage of an op whose
+// weights fit its ring) needs neither fence nor barrier.
 __device__ __forceinline__ void release_slot(const UnetOp& op, const Stream& ws, int st, int nstages, int& slot,
                                              unsigned& parity, const ca::Policy& policy, bool traced) {
     if (traced && st == 1) mark(op, 38);
     const bool refill = st + op.ring < nstages;
-    if (!LAST_FREE || refill) {
+    if (refill) {
         if (op.copy != 2) ca::fence_proxy_async_smem();
         __syncthreads();
+        issue_stage(op, ws, st + op.ring, slot, policy);
     }
-    if (refill) issue_stage(op, ws, st + op.ring, slot, policy);
     if (++slot == op.ring) {
         slot = 0;
         parity ^= 1u;
