@@ -298,7 +298,6 @@ def test_compiled_encoder_without_triton_is_the_module(monkeypatch):
     assert enc.compiled() is enc.module
 
 
-@pytest.mark.gpu
 @gpu_test
 @pytest.mark.parametrize("cfg", [PUSHT, E.EncoderConfig.lerobot(), E.EncoderConfig.robomimic()],
                          ids=["diffusion_policy", "lerobot", "robomimic"])

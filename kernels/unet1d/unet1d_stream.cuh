@@ -67,8 +67,7 @@ __device__ __forceinline__ void wait_stage(const UnetOp& op, int st, int nstages
 __device__ __forceinline__ void release_slot(const UnetOp& op, const Stream& ws, int st, int nstages, int& slot,
                                              unsigned& parity, const ca::Policy& policy, bool traced) {
     if (traced && st == 1) mark(op, 38);
-    const bool refill = st + op.ring < nstages;
-    if (refill) {
+    if (st + op.ring < nstages) {
         if (op.copy != 2) ca::fence_proxy_async_smem();
         __syncthreads();
         issue_stage(op, ws, st + op.ring, slot, policy);
