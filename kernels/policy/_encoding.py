@@ -21,6 +21,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from dpk.lru import LRU
+
 from ..unet1d._net import weights_key
 from ._encoder import EncoderConfig, ObsEncoder
 
@@ -92,7 +94,9 @@ class Encoder:
         return image, torch.rand(batch, cfg.n_obs_steps, cfg.low_dim, generator=gen) * 2 - 1
 
 
-_encoders: dict[tuple, Encoder] = {}
+# each holds a ResNet-18 (~45 MB) on its device: the least recently used goes first (rebuilt the same: seeded, or
+# loaded again from its checkpoint)
+_encoders: LRU[Encoder] = LRU(8)
 
 
 def _config(params: Mapping[str, Any]) -> EncoderConfig:
@@ -114,6 +118,24 @@ def _config(params: Mapping[str, Any]) -> EncoderConfig:
     return EncoderConfig(n_cameras=cameras, separate=cameras > 1 and bool(params.get("separate", True)), **kw)
 
 
+def _make_encoder(name: str, wkey: tuple, params: Mapping[str, Any], dev: torch.device) -> Encoder:
+    """The encoder of `wkey` (a checkpoint's, or seeded weights) on `dev`."""
+    if wkey[0] == "checkpoint" and dev.type != "meta":
+        from ._observation import load_observation_side
+
+        side = load_observation_side(Path(wkey[1]))
+        if side.encoder is None:
+            raise ValueError(f"policy: encoder {name}: {wkey[1]} holds no usable encoder ({side.encoder_reason})")
+        if side.encoder.config.name != name:
+            raise ValueError(f"policy: encoder {name}: {wkey[1]} holds a {side.encoder.config.name} encoder")
+        module, label = side.encoder, f"{side.source}:{side.weights}"
+    else:  # seeded weights (a checkpoint's, on the meta device, have the same shapes: ResNet-18's)
+        with torch.device("meta") if dev.type == "meta" else contextlib.nullcontext():
+            module = ObsEncoder(_config(params), seed=int(wkey[1]) if wkey[0] == "random" else 0)
+        label = f"random({wkey[1]})"
+    return Encoder(module, dev, label)
+
+
 def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.device | None) -> Encoder | None:
     """The case's encoder stage on `device` (None: on the meta device, for the work model), or None."""
     name = params.get("encoder", "none")
@@ -124,22 +146,7 @@ def encoder_for(params: Mapping[str, Any], global_cond_dim: int, device: torch.d
     dev = torch.device("meta") if device is None else torch.device(device)
     wkey = weights_key(params)
     key = (wkey, None if wkey[0] == "checkpoint" else _config(params), str(dev))
-    if key not in _encoders:
-        if wkey[0] == "checkpoint" and dev.type != "meta":
-            from ._observation import load_observation_side
-
-            side = load_observation_side(Path(wkey[1]))
-            if side.encoder is None:
-                raise ValueError(f"policy: encoder {name}: {wkey[1]} holds no usable encoder ({side.encoder_reason})")
-            if side.encoder.config.name != name:
-                raise ValueError(f"policy: encoder {name}: {wkey[1]} holds a {side.encoder.config.name} encoder")
-            module, label = side.encoder, f"{side.source}:{side.weights}"
-        else:  # seeded weights (a checkpoint's, on the meta device, have the same shapes: ResNet-18's)
-            with torch.device("meta") if dev.type == "meta" else contextlib.nullcontext():
-                module = ObsEncoder(_config(params), seed=int(wkey[1]) if wkey[0] == "random" else 0)
-            label = f"random({wkey[1]})"
-        _encoders[key] = Encoder(module, dev, label)
-    enc = _encoders[key]
+    enc = _encoders.get_or_make(key, lambda: _make_encoder(name, wkey, params, dev))
     if dev.type != "meta" and enc.config.cond_dim != global_cond_dim:
         raise ValueError(f"policy: the encoder gives {enc.config.cond_dim} features ({enc.config.n_obs_steps} frames "
                          f"x {enc.config.frame_dim}), the U-Net takes global_cond_dim {global_cond_dim}")
