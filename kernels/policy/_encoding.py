@@ -94,9 +94,9 @@ class Encoder:
         return image, torch.rand(batch, cfg.n_obs_steps, cfg.low_dim, generator=gen) * 2 - 1
 
 
-# each holds a ResNet-18 (~45 MB) on its device: the least recently used goes first (rebuilt the same: seeded, or
-# loaded again from its checkpoint)
-_encoders: LRU[Encoder] = LRU(8)
+# each a ResNet-18 (~45 MB) on its device; one evicted is rebuilt the same (seeded, or loaded again from its checkpoint)
+KEEP = 8  # encoders kept
+_encoders: LRU[Encoder] = LRU(KEEP)
 
 
 def _config(params: Mapping[str, Any]) -> EncoderConfig:
