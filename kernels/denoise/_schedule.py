@@ -35,6 +35,8 @@ from dataclasses import dataclass
 
 import torch
 
+from dpk.lru import LRU
+
 SCHEDULERS = ("ddpm", "ddim")
 BETA_SCHEDULES = ("linear", "scaled_linear", "squaredcos_cap_v2")
 DDPM_MIN_VARIANCE = 1e-20  # diffusers clamps the DDPM variance before its square root
@@ -190,7 +192,8 @@ def constants_table(s: Schedule) -> torch.Tensor:
     return table.float()
 
 
-_device_tables: dict[tuple[Schedule, torch.device, bool], torch.Tensor] = {}
+CACHE = 64  # device tables kept (schedule x device x padding), as the lru_caches above
+_device_tables: LRU[torch.Tensor] = LRU(CACHE)
 
 
 def device_table(s: Schedule, device: torch.device, nan_pad: bool = False) -> torch.Tensor:
@@ -199,16 +202,13 @@ def device_table(s: Schedule, device: torch.device, nan_pad: bool = False) -> to
     nan_pad adds a NaN row before and after the N steps (rows 0 and N+1): torch_fused indexes it with
     clamp(step + 1, 0, N + 1), so an out-of-range step read on the device gives a NaN output, not a wrong one.
     """
-    key = (s, torch.device(device), nan_pad)
-    table = _device_tables.get(key)
-    if table is None:
+    def make() -> torch.Tensor:
         table = constants_table(s)
         if nan_pad:
             pad = torch.full((1, COLUMNS), math.nan, dtype=torch.float32)
             table = torch.cat([pad, table, pad])
-        table = table.to(device).contiguous()
-        _device_tables[key] = table
-    return table
+        return table.to(device).contiguous()
+    return _device_tables.get_or_make((s, torch.device(device), nan_pad), make)
 
 
 def table_for(s: Schedule, x: torch.Tensor) -> torch.Tensor:

@@ -6,31 +6,34 @@ from __future__ import annotations
 
 import torch
 
-from ._checks import check_step_inputs
-from ._schedule import COLUMNS, Schedule, device_table, step_scalars
+from dpk.lru import LRU
 
-_schedulers: dict[Schedule, object] = {}
+from ._checks import check_step_inputs
+from ._schedule import CACHE, COLUMNS, Schedule, device_table, step_scalars
+
+_schedulers: LRU[object] = LRU(CACHE)
 
 
 def scheduler_for(s: Schedule) -> object:
     """The diffusers scheduler of `s` (cached), with set_timesteps(N) applied."""
-    sch = _schedulers.get(s)
-    if sch is None:
-        import diffusers
+    return _schedulers.get_or_make(s, lambda: _make_scheduler(s))
 
-        common = {"num_train_timesteps": s.num_train_timesteps, "beta_start": s.beta_start, "beta_end": s.beta_end,
-                  "beta_schedule": s.beta_schedule, "clip_sample": s.clip_sample,
-                  "clip_sample_range": s.clip_sample_range, "prediction_type": "epsilon",
-                  "timestep_spacing": "leading", "steps_offset": s.steps_offset}
-        if s.scheduler == "ddpm":
-            sch = diffusers.DDPMScheduler(variance_type="fixed_small", **common)
-        else:
-            sch = diffusers.DDIMScheduler(set_alpha_to_one=s.set_alpha_to_one, **common)
-        sch.set_timesteps(s.num_inference_steps)
-        if tuple(sch.timesteps.tolist()) != s.timesteps:
-            raise RuntimeError(f"denoise.diffusers: diffusers' timesteps {sch.timesteps.tolist()[:4]}... differ "
-                               f"from the schedule's {s.timesteps[:4]}...")
-        _schedulers[s] = sch
+
+def _make_scheduler(s: Schedule) -> object:
+    import diffusers
+
+    common = {"num_train_timesteps": s.num_train_timesteps, "beta_start": s.beta_start, "beta_end": s.beta_end,
+              "beta_schedule": s.beta_schedule, "clip_sample": s.clip_sample,
+              "clip_sample_range": s.clip_sample_range, "prediction_type": "epsilon",
+              "timestep_spacing": "leading", "steps_offset": s.steps_offset}
+    if s.scheduler == "ddpm":
+        sch = diffusers.DDPMScheduler(variance_type="fixed_small", **common)
+    else:
+        sch = diffusers.DDIMScheduler(set_alpha_to_one=s.set_alpha_to_one, **common)
+    sch.set_timesteps(s.num_inference_steps)
+    if tuple(sch.timesteps.tolist()) != s.timesteps:
+        raise RuntimeError(f"denoise.diffusers: diffusers' timesteps {sch.timesteps.tolist()[:4]}... differ "
+                           f"from the schedule's {s.timesteps[:4]}...")
     return sch
 
 

@@ -21,11 +21,13 @@ import torch
 import torch.nn.functional as F
 
 import dpk
+from dpk.lru import LRU
 
 from ._checks import check_inputs
 
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-_compiled: dict[tuple, Callable[..., torch.Tensor]] = {}
+CACHE = 32  # compiled functions kept (shape x dtype x device x backend), each with its Dynamo cache
+_compiled: LRU[Callable[..., torch.Tensor]] = LRU(CACHE)
 
 
 @dpk.variant("gn_mish", "eager", dtypes=("float32", "float16", "bfloat16"), baseline=True, compute="float32")
@@ -53,16 +55,16 @@ def compiled_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, g
     """
     B, C, L = check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES)
     key = (B, C, L, groups, float(eps), x.dtype, x.device, backend)
-    fn = _compiled.get(key)
-    if fn is not None:
-        return fn(x, gamma, beta, groups, float(eps))
+    if key in _compiled:
+        _compiled.move_to_end(key)
+        return _compiled[key](x, gamma, beta, groups, float(eps))
     name = f"gn_mish_b{B}_c{C}_l{L}_g{groups}_{str(x.dtype).removeprefix('torch.')}"
     fn = torch.compile(_fresh_function(name), backend=backend, fullgraph=True, dynamic=False)
     try:
         out = fn(x, gamma, beta, groups, float(eps))
     except Exception as e:  # Dynamo/Inductor failures: no C++/Triton toolchain, unsupported backend, ...
         raise dpk.Unavailable(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
-    _compiled[key] = fn
+    _compiled.get_or_make(key, lambda: fn)
     return out
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 import dpk
+from dpk.lru import LRU
 from dpk.tolerance import torch_dtype
 
 from ..denoise._schedule import Schedule
@@ -27,7 +28,8 @@ from ._chunk import Chunk, noise_spec, predraw
 from ._encoding import encoder_for
 from ._oracle import loop64, propagated_tolerance
 
-_clean: dict[tuple, torch.Tensor] = {}  # the oracle's chunk per (case, weights, device): the tolerance's anchor
+KEEP = 16  # oracle chunks kept
+_clean: LRU[torch.Tensor] = LRU(KEEP)  # the oracle's chunk per (case, weights, device): the tolerance's anchor
 
 
 def _schedule(case: dpk.Case) -> Schedule:
@@ -64,10 +66,9 @@ def tolerance(case: dpk.Case, compute: str) -> dpk.Tolerance:
     inputs = make_inputs(case, found.device if found is not None else torch.device("cpu"))
     chunk = inputs[-1]
     key = (case.id, chunk.net.weights, str(chunk.net.device))
-    if key not in _clean:
-        _clean[key] = loop64(chunk, *inputs[:4])
+    clean = _clean.get_or_make(key, lambda: loop64(chunk, *inputs[:4]))
     activations = "float32" if compute == "float32" else case.dtype
-    return propagated_tolerance(chunk, inputs[:4], _clean[key], compute, activations, case.id)
+    return propagated_tolerance(chunk, inputs[:4], clean, compute, activations, case.id)
 
 
 def work(case: dpk.Case) -> dpk.Work:

@@ -106,7 +106,7 @@ def find_net(params: Mapping[str, Any]) -> Net | None:
     return None
 
 
-_configs: dict[tuple, UNetConfig] = {}
+_configs: LRU[UNetConfig] = LRU(16)  # as load_checkpoint's cache
 
 
 def case_config(params: Mapping[str, Any]) -> UNetConfig:
@@ -114,11 +114,9 @@ def case_config(params: Mapping[str, Any]) -> UNetConfig:
     wkey = weights_key(params)
     if wkey[0] != "checkpoint":
         return UNetConfig.from_params(params)
-    if wkey not in _configs:
-        from ._checkpoint import load_checkpoint
+    from ._checkpoint import load_checkpoint
 
-        _configs[wkey] = load_checkpoint(wkey[1]).config
-    return _configs[wkey]
+    return _configs.get_or_make(wkey, lambda: load_checkpoint(wkey[1]).config)
 
 
 def get_net(params: Mapping[str, Any], device: torch.device, dtype: torch.dtype) -> Net:
