@@ -18,12 +18,18 @@ class LRU(OrderedDict, Generic[V]):
         super().__init__()
         self.size = size
 
+    def use(self, key: Hashable) -> V | None:
+        """The entry of `key`, now the most recent, or None."""
+        if key not in self:
+            return None
+        self.move_to_end(key)
+        return self[key]
+
     def get_or_make(self, key: Hashable, make: Callable[[], V]) -> V:
         """The entry of `key`, now the most recent; else `make()`'s, made after the oldest entries are dropped to
         leave room (their memory is free while it is made)."""
         if key in self:
-            self.move_to_end(key)
-            return self[key]
+            return self.use(key)
         while len(self) >= self.size:
             self.popitem(last=False)
         value = make()

@@ -1,4 +1,4 @@
-"""Every module-level cache a long-running process fills per schedule, config, shape or case is bounded
+"""Every module-level cache a long-running process fills per schedule, config, shape, encoder or case is bounded
 (dpk.lru.LRU): each is swapped for an LRU of 2 and fed three keys; two must be left, a repeat reused."""
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ STEPS = importlib.import_module("dpk.families.denoise._steps")
 NET = importlib.import_module("dpk.families.unet1d._net")
 UNET = importlib.import_module("dpk.families.unet1d._unet")
 POLICY = importlib.import_module("dpk.families.policy.reference")
+ENCODING = importlib.import_module("dpk.families.policy._encoding")
 GN_MISH = importlib.import_module("dpk.families.gn_mish.torch_variants")
 CPU = torch.device("cpu")
 
@@ -52,7 +53,7 @@ def _policy_cases() -> list:
             for s in range(3)]
 
 
-CACHES = ["device_tables", "schedulers", "unet1d_configs", "policy_oracle", "gn_mish_compiled"]
+CACHES = ["device_tables", "schedulers", "unet1d_configs", "policy_oracle", "policy_encoders", "gn_mish_compiled"]
 
 
 @pytest.mark.parametrize("cache", CACHES)
@@ -75,6 +76,10 @@ def test_module_caches_are_bounded(cache, tmp_path, monkeypatch):
         monkeypatch.setattr(POLICY, "propagated_tolerance", lambda chunk, inputs, clean, *rest: clean)
         def use(k):
             return POLICY.tolerance(k, "float32")
+    elif cache == "policy_encoders":  # ResNet-18s on the meta device (the work model's), one per seed
+        module, name, keys = ENCODING, "_encoders", [0, 1, 2]
+        def use(k):
+            return ENCODING.encoder_for({"encoder": "resnet18_gn", "weights_seed": k}, 1028, None)
     else:
         module, name, keys = GN_MISH, "_compiled", [(1, 8, L) for L in (3, 4, 5)]
         def use(k):

@@ -39,3 +39,12 @@ def test_a_failed_make_leaves_no_entry():
 def test_size_below_one_is_an_error():
     with pytest.raises(ValueError, match="at least 1"):
         LRU(0)
+
+
+def test_use_marks_a_hit_recent_and_misses_with_none():
+    cache: LRU[int] = LRU(2)
+    cache.get_or_make("a", lambda: 1)
+    cache.get_or_make("b", lambda: 2)
+    assert cache.use("a") == 1 and cache.use("absent") is None
+    cache.get_or_make("c", lambda: 3)
+    assert list(cache) == ["a", "c"], "a use must keep the entry, as get_or_make's hit does"

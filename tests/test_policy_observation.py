@@ -510,12 +510,3 @@ def test_bad_paths(tmp_path):
     (tmp_path / "folder").mkdir()
     with pytest.raises(CheckpointError, match=r"not a LeRobot pretrained-policy folder: no config\.json and no"):
         L.load_observation_side(tmp_path / "folder")
-
-
-def test_encoders_kept_are_bounded():
-    """Each cached encoder holds a ResNet-18 on its device: at most `_encoders.size` are kept, the newest reused."""
-    cache = ENC._encoders
-    made = [ENC.encoder_for({"encoder": "resnet18_gn", "weights_seed": s}, 1028, None) for s in range(cache.size + 2)]
-    assert len(cache) == cache.size
-    assert ENC.encoder_for({"encoder": "resnet18_gn", "weights_seed": cache.size + 1}, 1028, None) is made[-1]
-    assert ENC.encoder_for({"encoder": "resnet18_gn", "weights_seed": 0}, 1028, None) is not made[0]

@@ -55,16 +55,16 @@ def compiled_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, g
     """
     B, C, L = check_inputs(x, gamma, beta, groups, eps, dtypes=DTYPES)
     key = (B, C, L, groups, float(eps), x.dtype, x.device, backend)
-    if key in _compiled:
-        _compiled.move_to_end(key)
-        return _compiled[key](x, gamma, beta, groups, float(eps))
+    fn = _compiled.use(key)
+    if fn is not None:
+        return fn(x, gamma, beta, groups, float(eps))
     name = f"gn_mish_b{B}_c{C}_l{L}_g{groups}_{str(x.dtype).removeprefix('torch.')}"
     fn = torch.compile(_fresh_function(name), backend=backend, fullgraph=True, dynamic=False)
     try:
         out = fn(x, gamma, beta, groups, float(eps))
     except Exception as e:  # Dynamo/Inductor failures: no C++/Triton toolchain, unsupported backend, ...
         raise dpk.Unavailable(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
-    _compiled.get_or_make(key, lambda: fn)
+    _compiled.get_or_make(key, lambda: fn)  # kept only once its first call has compiled
     return out
 
 
