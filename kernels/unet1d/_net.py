@@ -23,6 +23,7 @@ from ._unet import ConditionalUnet1D, UNetConfig, build, conv_param_count
 
 DTYPES = ("float32", "bfloat16")  # a net's weights (cases of dtype bfloat16: the bf16 net), for every variant
 KEEP = 2  # nets kept alive (a Push-T image net is 1 GB in fp32 plus 2 GB for its float64 copy)
+CONFIGS = 16  # checkpoint configs kept (each small; finding one reads the whole checkpoint)
 
 
 @dataclass
@@ -106,7 +107,7 @@ def find_net(params: Mapping[str, Any]) -> Net | None:
     return None
 
 
-_configs: LRU[UNetConfig] = LRU(16)  # as load_checkpoint's cache
+_configs: LRU[UNetConfig] = LRU(CONFIGS)
 
 
 def case_config(params: Mapping[str, Any]) -> UNetConfig:
