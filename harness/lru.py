@@ -30,8 +30,16 @@ class LRU(OrderedDict, Generic[V]):
         leave room (their memory is free while it is made)."""
         if key in self:
             return self.use(key)
-        while len(self) >= self.size:
-            self.popitem(last=False)
-        value = make()
+        self._make_room()
+        return self.put(key, make())
+
+    def put(self, key: Hashable, value: V) -> V:
+        """`value` stored as the most recent entry of `key`, the oldest dropped past `size`."""
+        self.pop(key, None)
+        self._make_room()
         self[key] = value
         return value
+
+    def _make_room(self) -> None:
+        while len(self) >= self.size:
+            self.popitem(last=False)

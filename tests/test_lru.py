@@ -48,3 +48,13 @@ def test_use_marks_a_hit_recent_and_misses_with_none():
     assert cache.use("a") == 1 and cache.use("absent") is None
     cache.get_or_make("c", lambda: 3)
     assert list(cache) == ["a", "c"], "a use must keep the entry, as get_or_make's hit does"
+
+
+def test_put_stores_the_newest_and_drops_the_oldest():
+    cache: LRU[int] = LRU(2)
+    cache.put("a", 1)
+    cache.put("b", 2)
+    cache.put("a", 3)  # a replaced: now the most recent
+    assert list(cache.items()) == [("b", 2), ("a", 3)]
+    cache.put("c", 4)
+    assert list(cache.items()) == [("a", 3), ("c", 4)]

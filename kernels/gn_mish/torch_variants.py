@@ -64,7 +64,7 @@ def compiled_gn_mish(x: torch.Tensor, gamma: torch.Tensor, beta: torch.Tensor, g
         out = fn(x, gamma, beta, groups, float(eps))
     except Exception as e:  # Dynamo/Inductor failures: no C++/Triton toolchain, unsupported backend, ...
         raise dpk.Unavailable(f"torch.compile failed: {type(e).__name__}: {str(e).splitlines()[0][:300]}") from e
-    _compiled.get_or_make(key, lambda: fn)  # kept only once its first call has compiled
+    _compiled.put(key, fn)  # kept only once its first call has compiled
     return out
 
 
